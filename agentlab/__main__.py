@@ -1,0 +1,98 @@
+"""Command line: ``python -m agentlab demo | db ...``.
+
+Exit codes: 0 success, 1 the run itself failed, 2 the database could not be reached or started
+(one line on stderr says what failed and how to fix it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import shutil
+import sys
+
+from agentlab import db
+from agentlab.errors import AgentlabError
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from agentlab.demo import render, run_demo, to_json
+
+    rep = asyncio.run(run_demo(args.scenario, args.preset, seed=args.seed, keep=args.keep))
+    print(to_json(rep) if args.json else render(rep))
+    return 1 if rep["error"] else 0
+
+
+def _cmd_db(args: argparse.Namespace) -> int:
+    import os
+
+    if args.action == "url":
+        print(db.server_url())
+    elif args.action == "start":
+        info = db.server()
+        where = "embedded server" if info.embedded else "DATABASE_URL"
+        how = "cold start (initdb)" if info.cold else "warm start or attach"
+        print(f"{where} ready: {db.redact(info.url)} ({how}, {info.start_s:.2f} s)")
+    elif args.action == "stop":
+        if os.environ.get(db.ENV_VAR):
+            print("DATABASE_URL is set: that server is not the kit's to stop")
+        else:
+            print("embedded server stopped" if db.stop_embedded() else "embedded server was not running")
+    elif args.action == "list":
+        for name in db.list_databases():
+            print(name)
+    elif args.action == "reset":
+        if os.environ.get(db.ENV_VAR):
+            print(f"dropped {db.reset()} agentlab database(s) on DATABASE_URL")
+        else:
+            db.stop_embedded()
+            shutil.rmtree(db.data_dir(), ignore_errors=True)
+            print(f"embedded server stopped and {db.data_dir()} removed; the next use starts a fresh one")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from agentlab.safeguards import PRESETS
+    from agentlab.scenarios import SCENARIOS
+
+    parser = argparse.ArgumentParser(prog="python -m agentlab", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="log events to stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="run a seed story end to end on a fresh database")
+    demo.add_argument("--scenario", default="refund", choices=sorted(SCENARIOS))
+    demo.add_argument("--preset", default="full", choices=list(PRESETS))
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--json", action="store_true", help="print one JSON object")
+    demo.add_argument("--keep", action="store_true", help="keep the demo's database to inspect it")
+    demo.set_defaults(func=_cmd_demo)
+
+    dbp = sub.add_parser("db", help="the database server: url, start, stop, list, reset")
+    dbp.add_argument("action", choices=["url", "start", "stop", "list", "reset"])
+    dbp.set_defaults(func=_cmd_db)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose:
+        logging.getLogger("agentlab.events").setLevel(logging.ERROR)
+    try:
+        return args.func(args)
+    except db.DatabaseUnavailable as exc:
+        print(f"agentlab: {exc}", file=sys.stderr)
+        return 2
+    except AgentlabError as exc:
+        print(f"agentlab: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

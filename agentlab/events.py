@@ -1,0 +1,67 @@
+"""Structured events: one per tool call and per node execution, to ``logging`` and the events table.
+
+An event holds thread, node, tool, tool call id, outcome, category, SQLSTATE, error class, the full
+error detail (passwords redacted; never shown to the model), attempt and latency in milliseconds.
+Events go to the ``agentlab.events`` logger at once and to the ``events`` table in batches
+(:meth:`EventLog.flush`), outside the business transaction, so a rolled-back batch keeps its record.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+log = logging.getLogger("agentlab.events")
+
+EVENT_COLUMNS = (
+    "thread_id", "node", "tool_name", "tool_call_id", "outcome", "category", "sqlstate", "error_class",
+    "detail", "attempt", "latency_ms",
+)
+INSERT_EVENT = f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({', '.join(['%s'] * len(EVENT_COLUMNS))})"
+
+
+class EventLog:
+    """Buffers events and writes them to the events table.
+
+    Args:
+        pool: an ``AsyncConnectionPool`` on the kit's database, or None to log only.
+        flush_at: buffered events that trigger a write.
+    """
+
+    def __init__(self, pool=None, *, flush_at: int = 200):
+        self.pool = pool
+        self.flush_at = flush_at
+        self._buffer: list[tuple] = []
+
+    def record(self, node: str, outcome: str, **fields: Any) -> None:
+        """Record one event; ``fields`` are named as :data:`EVENT_COLUMNS`."""
+        unknown = set(fields) - set(EVENT_COLUMNS)
+        if unknown:
+            raise TypeError(f"unknown event fields: {sorted(unknown)}")
+        fields.setdefault("attempt", 1)
+        row = {**fields, "node": node, "outcome": outcome}
+        level = logging.WARNING if row.get("error_class") else logging.INFO
+        log.log(level, "event %s", {k: v for k, v in row.items() if v is not None}, extra={"agentlab_event": row})
+        self._buffer.append(tuple(row.get(c) for c in EVENT_COLUMNS))
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+    async def maybe_flush(self) -> None:
+        if len(self._buffer) >= self.flush_at:
+            await self.flush()
+
+    async def flush(self) -> int:
+        """Write buffered events; return how many. Failures are logged, never raised."""
+        rows, self._buffer = self._buffer, []
+        if not rows or self.pool is None:
+            return 0
+        try:
+            async with self.pool.connection() as conn:
+                async with conn.cursor() as cur:
+                    await cur.executemany(INSERT_EVENT, rows)
+        except Exception:  # observability must never break the run
+            log.exception("could not write %d events", len(rows))
+            return 0
+        return len(rows)

@@ -1,0 +1,150 @@
+"""The agent graph: agent -> tools -> agent ..., with capped retries and escalation.
+
+- ``agent`` calls the model. Before it does, any tool call id left without a ToolMessage (a crash,
+  an older version: case C02) is answered: with the ledger's stored result when the call committed,
+  else ``NOT APPLIED``, so the model never receives an unanswered call.
+- ``tools`` is :class:`agentlab.node.TransactionalToolsNode`, under a RetryPolicy that retries
+  infrastructure errors only (:func:`agentlab.errors.is_infrastructure`). LangGraph's default
+  ``retry_on`` retries every exception that is not a Python built-in error, psycopg's constraint
+  violations included; re-running a constraint violation cannot fix it, so the kit does not rely on it.
+- after ``max_rollbacks`` consecutive rolled-back batches the run goes to ``escalate``: the state is
+  marked escalated, an event is recorded, and the run ends for a person to take over.
+- an explicit ``recursion_limit`` (:data:`RECURSION_LIMIT`) caps any loop.
+
+Sources: LangGraph docs "Graph API: RetryPolicy", "Persistence", "add_messages".
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.runnables import RunnableConfig
+from langchain_core.messages import AIMessage, AnyMessage, RemoveMessage, ToolMessage
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
+from langgraph.types import RetryPolicy
+
+from agentlab.errors import NOT_APPLIED_TEMPLATE, ORPHANED_CALL, is_infrastructure
+from agentlab.node import LEDGER_LOOKUP, TransactionalToolsNode, idempotency_key
+from agentlab.tools import result_content, tool_schemas
+
+RECURSION_LIMIT = 60
+RETRY_ATTEMPTS = 3
+
+
+class AgentState(TypedDict, total=False):
+    """The graph's state. ``rollbacks`` counts consecutive rolled-back batches, ``rollbacks_total`` all."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
+    rollbacks: int
+    rollbacks_total: int
+    escalated: bool
+    escalation_reason: str | None
+
+
+def retry_policy(max_attempts: int = RETRY_ATTEMPTS) -> RetryPolicy:
+    """The tools node's RetryPolicy: infrastructure errors only, short capped backoff, no jitter."""
+    return RetryPolicy(initial_interval=0.05, backoff_factor=2.0, max_interval=1.0, max_attempts=max_attempts,
+                       jitter=False, retry_on=is_infrastructure)
+
+
+def unanswered_tool_calls(messages: list[AnyMessage]) -> list[str]:
+    """Tool call ids of AIMessages that have no ToolMessage in ``messages``."""
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    return [tc["id"] for m in messages if isinstance(m, AIMessage) for tc in m.tool_calls if tc["id"] not in answered]
+
+
+async def repair_orphans(messages: list[AnyMessage], pool, thread_id: str) -> list[AnyMessage] | None:
+    """Answer every unanswered tool call right after its AIMessage; None when there is none.
+
+    A call found in the ledger is answered with its stored result (it committed before the crash);
+    any other with ``NOT APPLIED`` (:data:`agentlab.errors.ORPHANED_CALL`).
+    """
+    orphans = unanswered_tool_calls(messages)
+    if not orphans:
+        return None
+    stored: dict[str, Any] = {}
+    if pool is not None:
+        async with pool.connection() as conn:
+            cur = await conn.execute(LEDGER_LOOKUP, ([idempotency_key(thread_id, i) for i in orphans],))
+            stored = {k: v for k, v in await cur.fetchall()}
+    repaired: list[AnyMessage] = []
+    for m in messages:
+        repaired.append(m)
+        if isinstance(m, AIMessage):
+            for tc in m.tool_calls:
+                if tc["id"] not in orphans:
+                    continue
+                key = idempotency_key(thread_id, tc["id"])
+                if key in stored:
+                    repaired.append(ToolMessage(result_content(stored[key]), tool_call_id=tc["id"], name=tc["name"],
+                                                artifact={"outcome": "replayed", "category": None}))
+                else:
+                    repaired.append(ToolMessage(NOT_APPLIED_TEMPLATE.format(reason=ORPHANED_CALL), tool_call_id=tc["id"],
+                                                name=tc["name"], status="error",
+                                                artifact={"outcome": "not_applied", "category": "not_applied"}))
+    return repaired
+
+
+def build_graph(model, node: TransactionalToolsNode, *, checkpointer=None, max_rollbacks: int | None = None,
+                retry_attempts: int = RETRY_ATTEMPTS):
+    """Compile the agent graph.
+
+    Args:
+        model: a chat model with ``bind_tools`` (the scripted one or a real one).
+        node: the transactional tools node; its pool also serves the orphan repair's ledger look-up.
+        checkpointer: a LangGraph checkpointer (``AsyncPostgresSaver`` in the kit), or None.
+        max_rollbacks: consecutive rolled-back batches before escalation (default: the node's safeguards).
+        retry_attempts: the tools node's RetryPolicy attempts (the node answers on the last one).
+    """
+    bound = model.bind_tools(tool_schemas())
+    limit = max_rollbacks or node.safeguards.max_rollbacks
+    node.max_attempts = retry_attempts
+    events = node.events
+
+    async def agent(state: AgentState, config: RunnableConfig) -> dict:
+        thread_id = str(config.get("configurable", {}).get("thread_id", "default"))
+        t0 = time.perf_counter()
+        messages = state["messages"]
+        repaired = await repair_orphans(messages, node.pool, thread_id)
+        if repaired is not None:
+            events.record("agent", "orphans_answered", thread_id=thread_id,
+                          detail=f"{len(unanswered_tool_calls(messages))} unanswered tool call(s) answered")
+        response = await bound.ainvoke(repaired if repaired is not None else messages)
+        events.record("agent", "tool_calls" if response.tool_calls else "answer", thread_id=thread_id,
+                      latency_ms=round((time.perf_counter() - t0) * 1000, 3))
+        if repaired is not None:
+            return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *repaired, response]}
+        return {"messages": [response]}
+
+    async def escalate(state: AgentState, config: RunnableConfig) -> dict:
+        thread_id = str(config.get("configurable", {}).get("thread_id", "default"))
+        reason = f"{state.get('rollbacks', 0)} consecutive batches were rolled back"
+        events.record("escalate", "escalated", thread_id=thread_id, detail=reason)
+        await events.flush()
+        return {"escalated": True, "escalation_reason": reason}
+
+    def after_agent(state: AgentState) -> str:
+        last = state["messages"][-1]
+        return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
+
+    def after_tools(state: AgentState) -> str:
+        return "escalate" if state.get("rollbacks", 0) >= limit else "agent"
+
+    graph = StateGraph(AgentState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", node.as_node(), retry_policy=retry_policy(retry_attempts))
+    graph.add_node("escalate", escalate)
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", after_agent, ["tools", END])
+    graph.add_conditional_edges("tools", after_tools, ["agent", "escalate"])
+    graph.add_edge("escalate", END)
+    return graph.compile(checkpointer=checkpointer)
+
+
+def run_config(thread_id: str, *, tenant_id: str | None = None, recursion_limit: int = RECURSION_LIMIT) -> dict:
+    """The RunnableConfig of one run: thread, tenant (never from the model) and the recursion limit."""
+    return {"configurable": {"thread_id": thread_id, "tenant_id": tenant_id}, "recursion_limit": recursion_limit}
+
+

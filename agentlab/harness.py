@@ -1,0 +1,201 @@
+"""One database and everything a run needs on it: pools, checkpointer, provider, outbox worker, events.
+
+``async with Harness.open(purpose="demo") as h:`` creates a fresh database (dropped on close unless
+``keep=True``), opens a business pool (autocommit connections; the node opens its own transaction
+blocks), a separate checkpointer pool (autocommit, ``dict_row``, prepared statements off behind a
+transaction-mode pooler: case C11) with ``AsyncPostgresSaver`` set up once, the fake payment provider
+on its own pool, the outbox worker and the event log. :meth:`Harness.run_episode` plays a scenario
+under a preset and returns an :class:`Episode`; :meth:`Harness.end_state` reads what the database and
+the provider hold for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from agentlab import db
+from agentlab.events import EventLog
+from agentlab.graph import build_graph, run_config, unanswered_tool_calls
+from agentlab.model import ScriptedChatModel
+from agentlab.node import TransactionalToolsNode
+from agentlab.outbox import DrainStats, OutboxWorker
+from agentlab.provider import Clock, FakePaymentProvider, customer_ref
+from agentlab.safeguards import Safeguards, preset
+from agentlab.scenarios import Scenario, create_customers, get_scenario
+
+
+def checkpointer_pool(url: str, *, behind_pooler: bool = False, max_size: int = 4) -> AsyncConnectionPool:
+    """The checkpointer's own pool: autocommit, ``dict_row``, and no prepared statements behind a
+    transaction-mode pooler (``prepare_threshold=None``), as ``AsyncPostgresSaver`` requires."""
+    kwargs = {"autocommit": True, "row_factory": dict_row, "prepare_threshold": None if behind_pooler else 0}
+    return AsyncConnectionPool(url, min_size=1, max_size=max_size, kwargs=kwargs, open=False)
+
+
+@dataclass
+class Episode:
+    """One scenario run to its end (or to escalation, or to an error)."""
+
+    scenario: str
+    preset: str
+    thread_id: str
+    seed: int
+    customer_ids: list[int]
+    schema: str
+    tenant_id: str
+    messages: list = field(default_factory=list)
+    rollbacks_total: int = 0
+    escalated: bool = False
+    error: str | None = None
+    wall_ms: float = 0.0
+    drain: DrainStats | None = None
+
+    @property
+    def tool_messages(self) -> list[ToolMessage]:
+        return [m for m in self.messages if isinstance(m, ToolMessage)]
+
+    @property
+    def unanswered(self) -> list[str]:
+        return unanswered_tool_calls(self.messages)
+
+
+class Harness:
+    """Resources on one database. Build with :meth:`open`; close with ``await h.close()`` or ``async with``."""
+
+    def __init__(self, url: str, *, owns_database: bool, keep: bool = False, behind_pooler: bool = False,
+                 pool_max: int = 8, clock: Clock | None = None):
+        self.url = url
+        self.owns_database = owns_database
+        self.keep = keep
+        self.pool = AsyncConnectionPool(url, min_size=1, max_size=pool_max, kwargs={"autocommit": True}, open=False)
+        self.checkpointer_pool = checkpointer_pool(url, behind_pooler=behind_pooler)
+        self.saver: AsyncPostgresSaver | None = None
+        self.provider = FakePaymentProvider(url, clock=clock)
+        self.worker = OutboxWorker(self.pool, self.provider)
+        self.events = EventLog(self.pool)
+
+    @classmethod
+    async def open(cls, url: str | None = None, *, purpose: str = "run", keep: bool = False,
+                   behind_pooler: bool = False, pool_max: int = 8, clock: Clock | None = None) -> "Harness":
+        """Open on ``url``, or on a fresh database made for ``purpose`` (dropped on close unless ``keep``).
+
+        Raises:
+            agentlab.db.DatabaseUnavailable: no server.
+        """
+        owns = url is None
+        if owns:
+            url = await asyncio.to_thread(db.create_database, purpose)
+        h = cls(url, owns_database=owns, keep=keep, behind_pooler=behind_pooler, pool_max=pool_max, clock=clock)
+        await h.pool.open(wait=True)
+        await h.checkpointer_pool.open(wait=True)
+        h.saver = AsyncPostgresSaver(conn=h.checkpointer_pool)
+        await h.saver.setup()
+        await h.provider.open()
+        return h
+
+    async def close(self) -> None:
+        await self.events.flush()
+        await self.provider.close()
+        await self.checkpointer_pool.close()
+        await self.pool.close()
+        if self.owns_database and not self.keep:
+            await asyncio.to_thread(db.drop_database, self.url)
+
+    async def __aenter__(self) -> "Harness":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ building blocks
+
+    def node(self, safeguards: Safeguards) -> TransactionalToolsNode:
+        """A tools node on this harness's pool, provider and event log."""
+        return TransactionalToolsNode(self.pool, safeguards, provider=self.provider, events=self.events)
+
+    def graph(self, safeguards: Safeguards, model, *, checkpointer: bool = True):
+        """The compiled agent graph for ``model`` under ``safeguards``, with the Postgres checkpointer."""
+        return build_graph(model, self.node(safeguards), checkpointer=self.saver if checkpointer else None)
+
+    async def create_customers(self, scenario: Scenario, safeguards: Safeguards) -> list[int]:
+        """The scenario's customers, new rows in the schema ``safeguards`` writes to."""
+        async with self.pool.connection() as conn:
+            return await create_customers(conn, scenario.customers, safeguards.schema)
+
+    # ------------------------------------------------------------------ episodes
+
+    async def run_episode(self, scenario: Scenario | str, safeguards: Safeguards | str = "full", *, seed: int = 0,
+                          thread_id: str | None = None, durability: str = "async", drain: bool = True,
+                          model=None, graph=None) -> Episode:
+        """Play ``scenario`` under ``safeguards`` with the scripted model, then drain the outbox.
+
+        Errors that escape the graph (for example an infrastructure error past the retries) are
+        recorded in :attr:`Episode.error`, not raised: an experiment goes on.
+        """
+        scenario = get_scenario(scenario) if isinstance(scenario, str) else scenario
+        safeguards = preset(safeguards) if isinstance(safeguards, str) else safeguards
+        thread_id = thread_id or f"{scenario.name}-{uuid.uuid4().hex[:12]}"
+        t0 = time.perf_counter()
+        ids = await self.create_customers(scenario, safeguards)
+        model = model or ScriptedChatModel(script=scenario.script(ids), seed=seed)
+        graph = graph or self.graph(safeguards, model)
+        ep = Episode(scenario.name, safeguards.name, thread_id, seed, ids, safeguards.schema, scenario.tenant_id)
+        config = run_config(thread_id, tenant_id=scenario.tenant_id)
+        try:
+            state = await graph.ainvoke({"messages": [HumanMessage(scenario.prompt)]}, config, durability=durability)
+        except Exception as exc:
+            ep.error = f"{type(exc).__name__}: {exc}"
+            snapshot = await graph.aget_state(config) if graph.checkpointer is not None else None
+            state = snapshot.values if snapshot is not None else {}
+        ep.messages = list(state.get("messages", []))
+        ep.rollbacks_total = state.get("rollbacks_total", 0)
+        ep.escalated = bool(state.get("escalated", False))
+        if drain:
+            ep.drain = await self.worker.drain()
+        await self.events.flush()
+        ep.wall_ms = (time.perf_counter() - t0) * 1000
+        return ep
+
+    async def end_state(self, ep: Episode, opening_credit_cents: list[int] | None = None) -> dict[str, Any]:
+        """What the database and the provider hold for ``ep``'s customers, per customer position."""
+        schema = sql.Identifier(ep.schema)
+        q = sql.SQL(
+            "SELECT c.id, c.credit_cents,"
+            " (SELECT count(*) FROM {s}.invoices i WHERE i.customer_id = c.id),"
+            " (SELECT count(*) FROM {s}.credit_memos m WHERE m.customer_id = c.id),"
+            " (SELECT count(*) FROM {s}.refunds r WHERE r.customer_id = c.id)"
+            " FROM {s}.customers c WHERE c.id = ANY(%s)"
+        ).format(s=schema)
+        async with self.pool.connection() as conn:
+            rows = {r[0]: r for r in await (await conn.execute(q, (ep.customer_ids,))).fetchall()}
+            pay = await (await conn.execute(
+                "SELECT customer, kind, count(*) FROM provider.payments WHERE customer = ANY(%s) GROUP BY 1, 2",
+                ([customer_ref(i) for i in ep.customer_ids],),
+            )).fetchall()
+        payments = {(c, k): n for c, k, n in pay}
+        out = {"customers": []}
+        for pos, cid in enumerate(ep.customer_ids):
+            r = rows.get(cid)
+            out["customers"].append({
+                "customer_id": cid,
+                "opening_credit_cents": opening_credit_cents[pos] if opening_credit_cents else None,
+                "final_credit_cents": r[1] if r else None,
+                "invoices": r[2] if r else 0, "credit_memos": r[3] if r else 0, "refunds": r[4] if r else 0,
+                "provider_charges": payments.get((customer_ref(cid), "charge"), 0),
+                "provider_refunds": payments.get((customer_ref(cid), "refund"), 0),
+            })
+        return out
+
+
+def count_tool_calls(messages: list) -> int:
+    """Tool calls the model sent in ``messages``."""
+    return sum(len(m.tool_calls) for m in messages if isinstance(m, AIMessage))

@@ -1,0 +1,167 @@
+"""The transactional outbox's worker: exactly one payment per queued intent.
+
+A tool never calls the provider; it inserts an ``outbox`` row in the batch's transaction, so the
+intent exists if and only if the batch committed. The worker then, per round, in one transaction:
+
+1. claims due rows with ``FOR UPDATE SKIP LOCKED`` (several workers never take the same row);
+2. asks the provider whether a payment with the row's dedupe key as reference already exists
+   (a provider forgets idempotency keys after its retention: this look-up is what still holds then);
+3. otherwise calls the provider with the row's dedupe key as idempotency key and the row's payload
+   as the body, identical on every retry; no key is ever minted here;
+4. marks the row ``dispatched``; on a timeout counts the attempt and backs off (capped,
+   exponential); after ``max_attempts``, or at once on "same key, other parameters", parks the row
+   as ``dead_letter`` for a person.
+
+Sources: PostgreSQL "SELECT ... FOR UPDATE SKIP LOCKED" (SQL Commands, SELECT, The Locking Clause);
+Stripe "Idempotent requests".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import asyncio
+
+from agentlab.errors import ProviderError
+from agentlab.provider import FakePaymentProvider, IdempotencyConflict
+from agentlab.tools import CHARGE_TOPIC, REFUND_TOPIC
+
+log = logging.getLogger(__name__)
+
+CLAIM_DUE = """
+SELECT id, topic, payload, dedupe_key, attempts FROM outbox
+WHERE status = 'pending' AND available_at <= now()
+ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED
+"""
+MARK_DISPATCHED = """
+UPDATE outbox SET status = 'dispatched', dispatched_at = now(), attempts = attempts + 1,
+                  provider_ref = %s, last_error = NULL
+WHERE id = %s
+"""
+MARK_RETRY = """
+UPDATE outbox SET attempts = attempts + 1, last_error = %s,
+                  available_at = now() + make_interval(secs => %s)
+WHERE id = %s
+"""
+MARK_DEAD = "UPDATE outbox SET status = 'dead_letter', attempts = attempts + 1, last_error = %s WHERE id = %s"
+NEXT_DUE = "SELECT min(available_at) - now() FROM outbox WHERE status = 'pending'"
+COUNT_BY_STATUS = "SELECT status, count(*) FROM outbox GROUP BY status"
+
+
+@dataclass
+class DrainStats:
+    """What a worker did: rows claimed, dispatched (found already paid counts too), retried, parked."""
+
+    claimed: int = 0
+    dispatched: int = 0
+    reconciled: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    rounds: int = 0
+
+    def add(self, other: "DrainStats") -> None:
+        for f in ("claimed", "dispatched", "reconciled", "retried", "dead_lettered", "rounds"):
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+
+
+@dataclass
+class WorkerHooks:
+    """Fault-injection points. ``after_provider_call(row_id)`` runs after the provider answered and
+    before the row is marked; raising there is a worker crash (the claim transaction rolls back)."""
+
+    after_provider_call: list[Callable[[int], Awaitable[None] | None]] = field(default_factory=list)
+
+
+class OutboxWorker:
+    """Dispatches outbox rows to the provider.
+
+    Args:
+        pool: an ``AsyncConnectionPool`` on the kit's database (autocommit connections).
+        provider: the payment provider.
+        max_attempts: attempts before a row is parked as ``dead_letter``.
+        backoff_s / backoff_cap_s: first retry delay and its cap, in seconds (doubling per attempt).
+        batch_size: rows claimed per round.
+    """
+
+    def __init__(self, pool, provider: FakePaymentProvider, *, max_attempts: int = 5, backoff_s: float = 0.02,
+                 backoff_cap_s: float = 2.0, batch_size: int = 20):
+        self.pool = pool
+        self.provider = provider
+        self.max_attempts = max_attempts
+        self.backoff_s = backoff_s
+        self.backoff_cap_s = backoff_cap_s
+        self.batch_size = batch_size
+        self.hooks = WorkerHooks()
+
+    async def run_once(self) -> DrainStats:
+        """One round: claim due rows, dispatch them, commit. Returns what happened."""
+        stats = DrainStats(rounds=1)
+        async with self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(CLAIM_DUE, (self.batch_size,))
+            for row_id, topic, payload, dedupe_key, attempts in await cur.fetchall():
+                stats.claimed += 1
+                await self._dispatch(conn, row_id, topic, payload, dedupe_key, attempts, stats)
+        return stats
+
+    async def _dispatch(self, conn, row_id, topic, payload, key, attempts, stats: DrainStats) -> None:
+        try:
+            existing = await self.provider.find_by_reference(key)
+            if existing:
+                found = existing[0]
+                if found["amount_cents"] != payload["amount_cents"]:
+                    raise IdempotencyConflict("a payment with this reference exists with other parameters")
+                ref, stats.reconciled = found["id"], stats.reconciled + 1
+            else:
+                call = self.provider.create_charge if topic == CHARGE_TOPIC else self.provider.create_refund
+                if topic not in (CHARGE_TOPIC, REFUND_TOPIC):
+                    raise ValueError(f"unknown outbox topic {topic!r}")
+                resp = await call(payload["customer_id"], payload["amount_cents"], idempotency_key=key, reference=key)
+                ref = resp["id"]
+            for hook in self.hooks.after_provider_call:
+                result = hook(row_id)
+                if result is not None:
+                    await result
+        except IdempotencyConflict as exc:
+            log.error("outbox row %s parked: %s", row_id, exc)
+            await conn.execute(MARK_DEAD, (f"parked for a human: {exc}", row_id))
+            stats.dead_lettered += 1
+            return
+        except (ProviderError, TimeoutError, ConnectionError) as exc:
+            if attempts + 1 >= self.max_attempts:
+                await conn.execute(MARK_DEAD, (f"gave up after {attempts + 1} attempts: {exc}", row_id))
+                stats.dead_lettered += 1
+            else:
+                delay = min(self.backoff_cap_s, self.backoff_s * 2**attempts)
+                await conn.execute(MARK_RETRY, (f"{type(exc).__name__}: {exc}", delay, row_id))
+                stats.retried += 1
+            return
+        await conn.execute(MARK_DISPATCHED, (ref, row_id))
+        stats.dispatched += 1
+
+    async def drain(self, *, timeout_s: float = 30.0) -> DrainStats:
+        """Run rounds until no pending row is left (waiting out back-offs), or ``timeout_s`` passes."""
+        total = DrainStats()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while loop.time() < deadline:
+            stats = await self.run_once()
+            total.add(stats)
+            if stats.claimed:
+                continue
+            async with self.pool.connection() as conn:
+                row = await (await conn.execute(NEXT_DUE)).fetchone()
+            if row is None or row[0] is None:
+                break
+            await asyncio.sleep(min(max(row[0].total_seconds(), 0.005), max(deadline - loop.time(), 0)))
+        return total
+
+
+async def outbox_counts(pool) -> dict[str, int]:
+    """Rows per outbox status, e.g. ``{"pending": 0, "dispatched": 2, "dead_letter": 0}``."""
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(COUNT_BY_STATUS)).fetchall()
+    counts = {"pending": 0, "dispatched": 0, "dead_letter": 0}
+    counts.update({s: n for s, n in rows})
+    return counts

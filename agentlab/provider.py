@@ -1,0 +1,210 @@
+"""A Stripe-like fake payment provider: the outside world, on its own connection and in its own schema.
+
+It behaves as a real provider does where it matters for correctness (Stripe's documented rules for
+``Idempotency-Key``): the first response per key is stored and returned again for a retry with the
+same parameters; the same key with other parameters is refused (:class:`IdempotencyConflict`); keys
+are forgotten after a retention (default 24 hours) measured on a clock tests can move. Payments also
+carry a ``reference`` (Stripe: ``metadata``) that can be searched.
+
+It is not inside the caller's transaction: it has its own connection pool, so a rollback in the kit
+never undoes a payment, exactly as with a real provider.
+
+Injected failures model the network, not the provider's bookkeeping: ``fail_next("timeout_after_success")``
+performs and commits the payment, then raises :class:`ProviderTimeout` to the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import secrets
+from collections import deque
+from datetime import datetime, timedelta, timezone
+
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from agentlab.errors import ProviderError
+
+DEFAULT_RETENTION_S = 24 * 3600.0
+
+
+class ProviderTimeout(ProviderError, TimeoutError):
+    """Raised when the provider's answer did not arrive in time; the payment may or may not exist."""
+
+
+class IdempotencyConflict(ProviderError):
+    """Raised when an idempotency key is reused with other parameters (Stripe: ``idempotency_error``)."""
+
+
+class ProviderUnavailable(ProviderError, ConnectionError):
+    """Raised when the provider refused the request before doing any work (HTTP 503)."""
+
+
+class Clock:
+    """The provider's clock: real time plus an offset that tests move with :meth:`advance`."""
+
+    def __init__(self) -> None:
+        self.offset = timedelta()
+
+    def now(self) -> datetime:
+        return datetime.now(timezone.utc) + self.offset
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock forward by ``seconds`` (e.g. ``3 * 86400`` for three days)."""
+        self.offset += timedelta(seconds=seconds)
+
+
+FIND_KEY = "SELECT request_hash, response, created_at FROM provider.idempotency_keys WHERE key = %s FOR UPDATE"
+FORGET_KEY = "DELETE FROM provider.idempotency_keys WHERE key = %s"
+STORE_KEY = (
+    "INSERT INTO provider.idempotency_keys (key, request_hash, response, created_at) VALUES (%s, %s, %s, %s) "
+    "ON CONFLICT (key) DO NOTHING RETURNING key"
+)
+INSERT_PAYMENT = """
+INSERT INTO provider.payments (id, kind, customer, amount_cents, currency, reference, idempotency_key, created_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+"""
+FIND_BY_REFERENCE = """
+SELECT id, kind, customer, amount_cents, currency, reference, created_at
+FROM provider.payments WHERE reference = %s ORDER BY created_at
+"""
+LIST_PAYMENTS = """
+SELECT id, kind, customer, amount_cents, currency, reference, created_at FROM provider.payments
+WHERE (%(customer)s::text IS NULL OR customer = %(customer)s) ORDER BY created_at, id
+"""
+
+
+def customer_ref(customer_id: int) -> str:
+    """The provider's name for one of our customers."""
+    return f"cus_{customer_id}"
+
+
+class FakePaymentProvider:
+    """The fake provider. Use as ``async with FakePaymentProvider(url) as provider:``.
+
+    Args:
+        url: conninfo of the database holding the ``provider`` schema.
+        retention_s: how long an idempotency key is remembered, in seconds (Stripe: 24 h).
+        clock: the clock keys age on; share one to move time in a test.
+    """
+
+    def __init__(self, url: str, *, retention_s: float = DEFAULT_RETENTION_S, clock: Clock | None = None):
+        self.url = url
+        self.retention_s = retention_s
+        self.clock = clock or Clock()
+        self._faults: deque[str] = deque()
+        self.requests = 0  # calls received, for the lab's tables (not used for any check)
+        self._pool = AsyncConnectionPool(url, min_size=1, max_size=4, open=False, kwargs={"autocommit": True})
+        self._opened = False
+        self._open_lock = asyncio.Lock()
+
+    async def open(self) -> "FakePaymentProvider":
+        async with self._open_lock:
+            if not self._opened:
+                await self._pool.open(wait=True)
+                self._opened = True
+        return self
+
+    async def close(self) -> None:
+        if self._opened:
+            await self._pool.close()
+            self._opened = False
+
+    async def __aenter__(self) -> "FakePaymentProvider":
+        return await self.open()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ faults
+
+    def fail_next(self, kind: str = "timeout_after_success", times: int = 1) -> None:
+        """Make the next ``times`` requests fail.
+
+        ``kind``: ``"timeout_after_success"`` (do the work, commit, then raise ProviderTimeout) or
+        ``"unavailable"`` (raise ProviderUnavailable before doing anything).
+        """
+        if kind not in ("timeout_after_success", "unavailable"):
+            raise ValueError(f"unknown provider fault {kind!r}")
+        self._faults.extend([kind] * times)
+
+    # ------------------------------------------------------------------ API
+
+    async def create_charge(
+        self, customer_id: int, amount_cents: int, *, idempotency_key: str | None = None, reference: str | None = None
+    ) -> dict:
+        """Charge a customer. Returns ``{"id": "ch_...", "amount_cents": ..., "replayed": bool, ...}``.
+
+        Raises:
+            IdempotencyConflict: the key was used with other parameters.
+            ProviderTimeout / ProviderUnavailable: injected network failures.
+        """
+        return await self._create("charge", customer_id, amount_cents, idempotency_key, reference)
+
+    async def create_refund(
+        self, customer_id: int, amount_cents: int, *, idempotency_key: str | None = None, reference: str | None = None
+    ) -> dict:
+        """Refund a customer; same contract as :meth:`create_charge`, ids start with ``re_``."""
+        return await self._create("refund", customer_id, amount_cents, idempotency_key, reference)
+
+    async def find_by_reference(self, reference: str) -> list[dict]:
+        """Payments carrying ``reference`` (Stripe: search by metadata), oldest first."""
+        await self.open()
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(FIND_BY_REFERENCE, (reference,))
+            return [_payment(r) for r in await cur.fetchall()]
+
+    async def payments(self, customer_id: int | None = None) -> list[dict]:
+        """Every payment, or one customer's, oldest first."""
+        await self.open()
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(LIST_PAYMENTS, {"customer": customer_ref(customer_id) if customer_id else None})
+            return [_payment(r) for r in await cur.fetchall()]
+
+    async def _create(self, kind, customer_id, amount_cents, key, reference) -> dict:
+        await self.open()
+        self.requests += 1
+        fault = self._faults.popleft() if self._faults else None
+        if fault == "unavailable":
+            raise ProviderUnavailable("payment provider unavailable (503)")
+        body = {"kind": kind, "customer": customer_ref(customer_id), "amount_cents": amount_cents,
+                "currency": "usd", "reference": reference}
+        request_hash = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        now = self.clock.now()
+        async with self._pool.connection() as conn, conn.transaction():
+            response = None
+            if key is not None:
+                cur = await conn.execute(FIND_KEY, (key,))
+                row = await cur.fetchone()
+                if row is not None and row[2] < now - timedelta(seconds=self.retention_s):
+                    await conn.execute(FORGET_KEY, (key,))  # the provider forgot this key
+                    row = None
+                if row is not None:
+                    if row[0] != request_hash:
+                        raise IdempotencyConflict(
+                            "idempotency key reused with different parameters; the original request stands"
+                        )
+                    response = {**row[1], "replayed": True}
+            if response is None:
+                payment_id = ("ch_" if kind == "charge" else "re_") + secrets.token_hex(8)
+                await conn.execute(
+                    INSERT_PAYMENT,
+                    (payment_id, kind, body["customer"], amount_cents, "usd", reference, key, now),
+                )
+                response = {"id": payment_id, "kind": kind, "amount_cents": amount_cents,
+                            "customer": body["customer"], "reference": reference}
+                if key is not None:
+                    stored = await conn.execute(STORE_KEY, (key, request_hash, Jsonb(response), now))
+                    if await stored.fetchone() is None:  # a concurrent request with the same key won
+                        raise ProviderTimeout("concurrent request with the same idempotency key; retry")
+                response = {**response, "replayed": False}
+        if fault == "timeout_after_success":
+            raise ProviderTimeout("payment provider did not answer in time")
+        return response
+
+
+def _payment(row) -> dict:
+    return {"id": row[0], "kind": row[1], "customer": row[2], "amount_cents": row[3], "currency": row[4],
+            "reference": row[5], "created_at": row[6]}

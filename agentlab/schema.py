@@ -1,0 +1,238 @@
+"""The schema as an append-only migration list, and the template every fresh database copies.
+
+Rules (as langgraph-checkpoint-postgres does it): a migration's position in :data:`MIGRATIONS` is its
+version, stored in ``schema_migrations``; an entry is never edited or reordered, only appended.
+
+Two copies of the business tables exist so that the ``constraints`` safeguard can be switched off by
+a real mechanism: ``public`` holds them with every CHECK, UNIQUE and FOREIGN KEY; ``lax`` holds the
+same columns with NOT NULL only (``CREATE TABLE ... (LIKE ... INCLUDING DEFAULTS)``). A batch picks
+one with ``search_path``. Both share the id sequences, so an id names one row across both.
+The ledger, the outbox and the events table live in ``public`` only; the fake payment provider keeps
+its records in its own schema ``provider``.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+from importlib import metadata
+from pathlib import Path
+
+import psycopg
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+SEED_CUSTOMERS_CSV = DATA_DIR / "customers.csv"
+
+STRICT_SCHEMA = "public"
+LAX_SCHEMA = "lax"
+BUSINESS_TABLES = ("customers", "invoices", "credit_memos", "refunds")
+
+CREATE_MIGRATIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+MIGRATIONS: list[tuple[str, str]] = [
+    (
+        "business tables with their constraints",
+        """
+        CREATE SEQUENCE customers_id_seq;
+        CREATE TABLE customers (
+            id           bigint PRIMARY KEY DEFAULT nextval('customers_id_seq'),
+            tenant_id    text NOT NULL,
+            name         text NOT NULL,
+            email        text,
+            credit_cents bigint NOT NULL DEFAULT 0
+                         CONSTRAINT customers_credit_nonnegative CHECK (credit_cents >= 0),
+            created_at   timestamptz NOT NULL DEFAULT now()
+        );
+        CREATE SEQUENCE invoices_id_seq;
+        CREATE TABLE invoices (
+            id             bigint PRIMARY KEY DEFAULT nextval('invoices_id_seq'),
+            tenant_id      text NOT NULL,
+            customer_id    bigint NOT NULL CONSTRAINT invoices_customer_fk REFERENCES customers (id),
+            billing_period date NOT NULL,
+            amount_cents   bigint NOT NULL CONSTRAINT invoices_amount_positive CHECK (amount_cents > 0),
+            status         text NOT NULL DEFAULT 'open'
+                           CONSTRAINT invoices_status_valid CHECK (status IN ('open', 'paid', 'void')),
+            created_at     timestamptz NOT NULL DEFAULT now(),
+            CONSTRAINT invoices_one_per_period UNIQUE (customer_id, billing_period)
+        );
+        CREATE SEQUENCE credit_memos_id_seq;
+        CREATE TABLE credit_memos (
+            id           bigint PRIMARY KEY DEFAULT nextval('credit_memos_id_seq'),
+            tenant_id    text NOT NULL,
+            customer_id  bigint NOT NULL CONSTRAINT credit_memos_customer_fk REFERENCES customers (id),
+            reference    text NOT NULL,
+            amount_cents bigint NOT NULL CONSTRAINT credit_memos_amount_positive CHECK (amount_cents > 0),
+            reason       text NOT NULL DEFAULT '',
+            invoice_id   bigint CONSTRAINT credit_memos_invoice_fk REFERENCES invoices (id),
+            created_at   timestamptz NOT NULL DEFAULT now(),
+            CONSTRAINT credit_memos_one_per_reference UNIQUE (customer_id, reference)
+        );
+        CREATE SEQUENCE refunds_id_seq;
+        CREATE TABLE refunds (
+            id           bigint PRIMARY KEY DEFAULT nextval('refunds_id_seq'),
+            tenant_id    text NOT NULL,
+            customer_id  bigint NOT NULL CONSTRAINT refunds_customer_fk REFERENCES customers (id),
+            reference    text NOT NULL,
+            amount_cents bigint NOT NULL CONSTRAINT refunds_amount_positive CHECK (amount_cents > 0),
+            status       text NOT NULL DEFAULT 'queued'
+                         CONSTRAINT refunds_status_valid CHECK (status IN ('queued', 'sent')),
+            created_at   timestamptz NOT NULL DEFAULT now(),
+            CONSTRAINT refunds_one_per_reference UNIQUE (customer_id, reference)
+        );
+        CREATE INDEX invoices_customer ON invoices (customer_id);
+        CREATE INDEX credit_memos_customer ON credit_memos (customer_id);
+        CREATE INDEX refunds_customer ON refunds (customer_id);
+        """,
+    ),
+    (
+        "idempotency ledger, transactional outbox, events",
+        """
+        CREATE TABLE tool_executions (
+            idempotency_key text PRIMARY KEY,
+            thread_id       text NOT NULL,
+            tool_call_id    text NOT NULL,
+            tool_name       text NOT NULL,
+            args            jsonb NOT NULL,
+            result          jsonb NOT NULL,
+            attempt         integer NOT NULL DEFAULT 1,
+            created_at      timestamptz NOT NULL DEFAULT now()
+        );
+        CREATE INDEX tool_executions_thread ON tool_executions (thread_id);
+        CREATE TABLE outbox (
+            id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            topic         text NOT NULL,
+            payload       jsonb NOT NULL,
+            dedupe_key    text NOT NULL CONSTRAINT outbox_dedupe_key_unique UNIQUE,
+            status        text NOT NULL DEFAULT 'pending'
+                          CONSTRAINT outbox_status_valid CHECK (status IN ('pending', 'dispatched', 'dead_letter')),
+            attempts      integer NOT NULL DEFAULT 0,
+            last_error    text,
+            thread_id     text,
+            provider_ref  text,
+            available_at  timestamptz NOT NULL DEFAULT now(),
+            created_at    timestamptz NOT NULL DEFAULT now(),
+            dispatched_at timestamptz
+        );
+        CREATE INDEX outbox_pending ON outbox (available_at, id) WHERE status = 'pending';
+        CREATE TABLE events (
+            id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            thread_id    text,
+            node         text NOT NULL,
+            tool_name    text,
+            tool_call_id text,
+            outcome      text NOT NULL,
+            category     text,
+            sqlstate     text,
+            error_class  text,
+            detail       text,
+            attempt      integer NOT NULL DEFAULT 1,
+            latency_ms   double precision,
+            created_at   timestamptz NOT NULL DEFAULT now()
+        );
+        CREATE INDEX events_thread ON events (thread_id, id);
+        """,
+    ),
+    (
+        "fake payment provider's own records",
+        """
+        CREATE SCHEMA provider;
+        CREATE TABLE provider.payments (
+            id              text PRIMARY KEY,
+            kind            text NOT NULL CHECK (kind IN ('charge', 'refund')),
+            customer        text NOT NULL,
+            amount_cents    bigint NOT NULL,
+            currency        text NOT NULL DEFAULT 'usd',
+            reference       text,
+            idempotency_key text,
+            created_at      timestamptz NOT NULL
+        );
+        CREATE INDEX provider_payments_customer ON provider.payments (customer);
+        CREATE INDEX provider_payments_reference ON provider.payments (reference);
+        CREATE TABLE provider.idempotency_keys (
+            key          text PRIMARY KEY,
+            request_hash text NOT NULL,
+            response     jsonb NOT NULL,
+            created_at   timestamptz NOT NULL
+        );
+        """,
+    ),
+    (
+        "lax copies of the business tables (no CHECK, UNIQUE or FOREIGN KEY) for the naive presets",
+        """
+        CREATE SCHEMA lax;
+        CREATE TABLE lax.customers    (LIKE public.customers    INCLUDING DEFAULTS);
+        CREATE TABLE lax.invoices     (LIKE public.invoices     INCLUDING DEFAULTS);
+        CREATE TABLE lax.credit_memos (LIKE public.credit_memos INCLUDING DEFAULTS);
+        CREATE TABLE lax.refunds      (LIKE public.refunds      INCLUDING DEFAULTS);
+        CREATE INDEX lax_customers_id ON lax.customers (id);
+        CREATE INDEX lax_invoices_customer ON lax.invoices (customer_id);
+        CREATE INDEX lax_credit_memos_customer ON lax.credit_memos (customer_id);
+        CREATE INDEX lax_refunds_customer ON lax.refunds (customer_id);
+        """,
+    ),
+]
+
+INSERT_SEED_CUSTOMER = (
+    "INSERT INTO {schema}.customers (id, tenant_id, name, email, credit_cents) VALUES (%s, %s, %s, %s, %s)"
+)
+RESET_CUSTOMER_SEQUENCE = "SELECT setval('customers_id_seq', (SELECT max(id) FROM public.customers))"
+
+
+def fingerprint() -> str:
+    """A string that changes whenever the template's content would: migrations, seed data, saver."""
+    parts = [sql for _, sql in MIGRATIONS]
+    parts.append(SEED_CUSTOMERS_CSV.read_text() if SEED_CUSTOMERS_CSV.exists() else "")
+    parts.append(metadata.version("langgraph-checkpoint-postgres"))
+    return hashlib.sha256("\n--\n".join(parts).encode()).hexdigest()
+
+
+def migrate(conn: psycopg.Connection) -> list[int]:
+    """Apply the migrations ``conn``'s database lacks, each in its own transaction; return their versions."""
+    applied: list[int] = []
+    with conn.transaction():
+        conn.execute(CREATE_MIGRATIONS_TABLE)
+    done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations").fetchall()}
+    for version, (name, ddl) in enumerate(MIGRATIONS):
+        if version in done:
+            continue
+        with conn.transaction():
+            conn.execute(ddl)
+            conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, name))
+        applied.append(version)
+    return applied
+
+
+def seed_rows() -> list[dict]:
+    """The seed customers from ``data/customers.csv`` (id, tenant_id, name, email, credit_cents)."""
+    with SEED_CUSTOMERS_CSV.open(newline="") as fh:
+        return [
+            {**row, "id": int(row["id"]), "credit_cents": int(row["credit_cents"])} for row in csv.DictReader(fh)
+        ]
+
+
+def build_template(url: str) -> None:
+    """Migrate, seed and set up the checkpointer's tables in the database at ``url``."""
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        migrate(conn)
+        with conn.transaction():
+            for schema in (STRICT_SCHEMA, LAX_SCHEMA):
+                for row in seed_rows():
+                    conn.execute(
+                        INSERT_SEED_CUSTOMER.format(schema=schema),
+                        (row["id"], row["tenant_id"], row["name"], row["email"], row["credit_cents"]),
+                    )
+            conn.execute(RESET_CUSTOMER_SEQUENCE)
+    # The saver's setup() needs an autocommit connection with dict rows (case C11).
+    with psycopg.connect(url, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
+        PostgresSaver(conn).setup()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ANALYZE")
