@@ -79,6 +79,14 @@ class ProviderError(AgentlabError):
     """Raised by the payment provider; see :mod:`agentlab.provider` for the subclasses."""
 
 
+class SimulatedCrash(BaseException):
+    """Raised by fault injection to stand for a process dying at that point.
+
+    A ``BaseException`` (like ``SystemExit``), so no ``except Exception`` in the code under test
+    catches it: transactions roll back as they would when the process dies, and the run stops.
+    """
+
+
 # --------------------------------------------------------------------------- model-facing texts
 
 FAILED_PREFIX = "FAILED"
