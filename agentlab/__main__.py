@@ -1,4 +1,4 @@
-"""Command line: ``python -m agentlab demo | db ...``.
+"""Command line: ``python -m agentlab demo | chaos | db ...``.
 
 Exit codes: 0 success, 1 the run itself failed, 2 the database could not be reached or started
 (one line on stderr says what failed and how to fix it).
@@ -23,6 +23,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     rep = asyncio.run(run_demo(args.scenario, args.preset, seed=args.seed, keep=args.keep))
     print(to_json(rep) if args.json else render(rep))
     return 1 if rep["error"] else 0
+
+
+def _cmd_chaos(args: argparse.Namespace) -> int:
+    from agentlab.experiments import main as chaos_main
+
+    return chaos_main(args)
 
 
 def _cmd_db(args: argparse.Namespace) -> int:
@@ -68,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true", help="print one JSON object")
     demo.add_argument("--keep", action="store_true", help="keep the demo's database to inspect it")
     demo.set_defaults(func=_cmd_demo)
+
+    from agentlab.experiments import add_arguments
+
+    chaos = sub.add_parser("chaos", help="run the failure lab: faults x presets -> invariant violations")
+    add_arguments(chaos)
+    chaos.set_defaults(func=_cmd_chaos)
 
     dbp = sub.add_parser("db", help="the database server: url, start, stop, list, reset")
     dbp.add_argument("action", choices=["url", "start", "stop", "list", "reset"])

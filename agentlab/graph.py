@@ -125,11 +125,11 @@ def build_graph(model, node: TransactionalToolsNode, *, checkpointer=None, max_r
         await events.flush()
         return {"escalated": True, "escalation_reason": reason}
 
-    def after_agent(state: AgentState) -> str:
+    async def after_agent(state: AgentState) -> str:  # async: a sync router runs in a thread pool
         last = state["messages"][-1]
         return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
 
-    def after_tools(state: AgentState) -> str:
+    async def after_tools(state: AgentState) -> str:
         return "escalate" if state.get("rollbacks", 0) >= limit else "agent"
 
     graph = StateGraph(AgentState)

@@ -347,7 +347,9 @@ class TransactionalToolsNode:
                 results[i] = _not_applied(i, r.call_id, r.tool, BATCH_ROLLED_BACK)
             return True
         results.update(pending)
-        return aborted
+        # without savepoints a failure the database never saw (a refused call, a tool's own error) leaves
+        # the transaction usable and COMMIT keeps the other calls: the batch was not rolled back
+        return aborted and in_error
 
     async def _apply(self, conn, c: _Call, ctx: ToolContext, thread_id: str, attempt: int) -> dict:
         result = await c.spec.handler(conn, c.args, ctx)

@@ -32,8 +32,8 @@ log = logging.getLogger(__name__)
 
 CLAIM_DUE = """
 SELECT id, topic, payload, dedupe_key, attempts FROM outbox
-WHERE status = 'pending' AND available_at <= now()
-ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED
+WHERE status = 'pending' AND available_at <= now() AND (%(thread)s::text IS NULL OR thread_id = %(thread)s)
+ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
 """
 MARK_DISPATCHED = """
 UPDATE outbox SET status = 'dispatched', dispatched_at = now(), attempts = attempts + 1,
@@ -46,7 +46,10 @@ UPDATE outbox SET attempts = attempts + 1, last_error = %s,
 WHERE id = %s
 """
 MARK_DEAD = "UPDATE outbox SET status = 'dead_letter', attempts = attempts + 1, last_error = %s WHERE id = %s"
-NEXT_DUE = "SELECT min(available_at) - now() FROM outbox WHERE status = 'pending'"
+NEXT_DUE = """
+SELECT min(available_at) - now() FROM outbox
+WHERE status = 'pending' AND (%(thread)s::text IS NULL OR thread_id = %(thread)s)
+"""
 COUNT_BY_STATUS = "SELECT status, count(*) FROM outbox GROUP BY status"
 
 
@@ -83,23 +86,26 @@ class OutboxWorker:
         max_attempts: attempts before a row is parked as ``dead_letter``.
         backoff_s / backoff_cap_s: first retry delay and its cap, in seconds (doubling per attempt).
         batch_size: rows claimed per round.
+        thread_id: dispatch only the rows this thread queued (experiments drain each episode's own
+            intents, so one episode never waits out another's back-off); None: every row.
     """
 
     def __init__(self, pool, provider: FakePaymentProvider, *, max_attempts: int = 5, backoff_s: float = 0.02,
-                 backoff_cap_s: float = 2.0, batch_size: int = 20):
+                 backoff_cap_s: float = 2.0, batch_size: int = 20, thread_id: str | None = None):
         self.pool = pool
         self.provider = provider
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
         self.backoff_cap_s = backoff_cap_s
         self.batch_size = batch_size
+        self.thread_id = thread_id
         self.hooks = WorkerHooks()
 
     async def run_once(self) -> DrainStats:
         """One round: claim due rows, dispatch them, commit. Returns what happened."""
         stats = DrainStats(rounds=1)
         async with self.pool.connection() as conn, conn.transaction():
-            cur = await conn.execute(CLAIM_DUE, (self.batch_size,))
+            cur = await conn.execute(CLAIM_DUE, {"thread": self.thread_id, "limit": self.batch_size})
             for row_id, topic, payload, dedupe_key, attempts in await cur.fetchall():
                 stats.claimed += 1
                 await self._dispatch(conn, row_id, topic, payload, dedupe_key, attempts, stats)
@@ -151,7 +157,7 @@ class OutboxWorker:
             if stats.claimed:
                 continue
             async with self.pool.connection() as conn:
-                row = await (await conn.execute(NEXT_DUE)).fetchone()
+                row = await (await conn.execute(NEXT_DUE, {"thread": self.thread_id})).fetchone()
             if row is None or row[0] is None:
                 break
             await asyncio.sleep(min(max(row[0].total_seconds(), 0.005), max(deadline - loop.time(), 0)))

@@ -94,7 +94,7 @@ class FakePaymentProvider:
         self.url = url
         self.retention_s = retention_s
         self.clock = clock or Clock()
-        self._faults: deque[str] = deque()
+        self._faults: deque[tuple[str, tuple[str | None, str | None]]] = deque()
         self.requests = 0  # calls received, for the lab's tables (not used for any check)
         self._pool = AsyncConnectionPool(url, min_size=1, max_size=4, open=False, kwargs={"autocommit": True})
         self._opened = False
@@ -120,15 +120,33 @@ class FakePaymentProvider:
 
     # ------------------------------------------------------------------ faults
 
-    def fail_next(self, kind: str = "timeout_after_success", times: int = 1) -> None:
-        """Make the next ``times`` requests fail.
+    def fail_next(self, kind: str = "timeout_after_success", times: int = 1, *, customer_id: int | None = None,
+                  reference: str | None = None) -> None:
+        """Make the next ``times`` requests fail (only those for ``customer_id`` / ``reference`` when given,
+        so that concurrent episodes sharing one provider each get only their own failures).
 
         ``kind``: ``"timeout_after_success"`` (do the work, commit, then raise ProviderTimeout) or
         ``"unavailable"`` (raise ProviderUnavailable before doing anything).
         """
         if kind not in ("timeout_after_success", "unavailable"):
             raise ValueError(f"unknown provider fault {kind!r}")
-        self._faults.extend([kind] * times)
+        match = (customer_ref(customer_id) if customer_id is not None else None, reference)
+        self._faults.extend([(kind, match)] * times)
+
+    def clear_faults(self, *, customer_id: int | None = None, reference: str | None = None) -> int:
+        """Forget injected failures not used yet (those for ``customer_id`` / ``reference`` when given); return how many."""
+        match = (customer_ref(customer_id) if customer_id is not None else None, reference)
+        keep = deque(f for f in self._faults if (customer_id is not None or reference is not None) and f[1] != match)
+        dropped, self._faults = len(self._faults) - len(keep), keep
+        return dropped
+
+    def _take_fault(self, customer: str, reference: str | None) -> str | None:
+        for i, (kind, (want_customer, want_reference)) in enumerate(self._faults):
+            if want_customer not in (None, customer) or want_reference not in (None, reference):
+                continue
+            del self._faults[i]
+            return kind
+        return None
 
     # ------------------------------------------------------------------ API
 
@@ -166,7 +184,7 @@ class FakePaymentProvider:
     async def _create(self, kind, customer_id, amount_cents, key, reference) -> dict:
         await self.open()
         self.requests += 1
-        fault = self._faults.popleft() if self._faults else None
+        fault = self._take_fault(customer_ref(customer_id), reference) if self._faults else None
         if fault == "unavailable":
             raise ProviderUnavailable("payment provider unavailable (503)")
         body = {"kind": kind, "customer": customer_ref(customer_id), "amount_cents": amount_cents,

@@ -103,6 +103,41 @@ class Scenario:
         steps[step][index] = dataclasses.replace(steps[step][index], **changes)
         return dataclasses.replace(self, steps=tuple(tuple(s) for s in steps))
 
+    def with_step(self, calls: tuple[PlannedCall, ...], *, at: int | None = None) -> "Scenario":
+        """A copy with one more step (batch) inserted at position ``at`` (default: last)."""
+        steps = list(self.steps)
+        steps.insert(len(steps) if at is None else at, tuple(calls))
+        return dataclasses.replace(self, steps=tuple(steps))
+
+    def with_customer(self, spec: CustomerSpec) -> "Scenario":
+        """A copy with one more customer, whose intended end state is to be left untouched:
+        balance unchanged, no records, no payments. ``C(len(customers))`` refers to it."""
+        i = self.intended
+        intended = Intended(
+            final_credit_cents=(*i.final_credit_cents, spec.credit_cents),
+            **{f: (*getattr(i, f), 0) if getattr(i, f) else () for f in _COUNT_FIELDS},
+        )
+        return dataclasses.replace(self, customers=(*self.customers, spec), intended=intended)
+
+    def clean(self) -> "Scenario":
+        """A copy without the scripted hallucinations: every call sends its corrected arguments first.
+
+        Faults start from the clean form, so that a violation in a fault's row comes from that fault.
+        """
+        steps = tuple(
+            tuple(dataclasses.replace(c, args=c.fix, fix=None) if c.fix is not None else c for c in step)
+            for step in self.steps
+        )
+        return dataclasses.replace(self, steps=steps)
+
+    def calls(self, tool: str | None = None) -> list[tuple[int, int, PlannedCall]]:
+        """``(step, index, call)`` for every planned call (of ``tool`` only, when given), in order."""
+        return [(s, k, c) for s, step in enumerate(self.steps) for k, c in enumerate(step)
+                if tool is None or c.tool == tool]
+
+
+_COUNT_FIELDS = ("invoices", "credit_memos", "refunds", "provider_charges", "provider_refunds")
+
 
 REFUND = Scenario(
     name="refund",
@@ -139,7 +174,65 @@ INVOICE = Scenario(
                       refunds=(0,), provider_refunds=(0,)),
 )
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (REFUND, INVOICE)}
+TOPUP = Scenario(
+    name="topup",
+    title="Credit top-up: invoice the credit bought, charge the card, record the credit granted",
+    prompt=("The customer buys 30.00 of store credit. Invoice the top-up for April 2026, charge their card "
+            "and record the credit granted as credit memo TOPUP-2026-04."),
+    customers=(CustomerSpec("acme", "Acme Retail", 1000),),
+    steps=((
+        PlannedCall("CreateInvoice", {"customer_id": C(0), "billing_period": "2026-04-01", "amount_cents": 3000}),
+        PlannedCall("QueueCharge", {"customer_id": C(0), "billing_period": "2026-04-01", "amount_cents": 3000}),
+        PlannedCall("CreateCreditMemo", {"customer_id": C(0), "reference": "TOPUP-2026-04", "amount_cents": 3000,
+                                         "reason": "store credit top-up"}),
+    ),),
+    # The credit memo is the grant: no tool raises a balance column (ApplyCredit only deducts), so the
+    # balance stays at its opening value and any balance that rises is a corruption.
+    intended=Intended(final_credit_cents=(1000,), invoices=(1,), provider_charges=(1,), credit_memos=(1,),
+                      refunds=(0,), provider_refunds=(0,)),
+)
+
+BATCH = Scenario(
+    name="batch",
+    title="Month-end batch: invoice three customers, apply their credit, charge what is left",
+    prompt=("Month-end for March 2026: invoice Acme North 50.00, Acme South 20.00 and Acme West 60.00, use "
+            "each customer's store credit towards their invoice and charge the rest to their cards."),
+    customers=(CustomerSpec("acme", "Acme North", 3000), CustomerSpec("acme", "Acme South", 0),
+               CustomerSpec("acme", "Acme West", 8000)),
+    steps=(
+        (
+            PlannedCall("CreateInvoice", {"customer_id": C(0), "billing_period": "2026-03-01", "amount_cents": 5000}),
+            PlannedCall("CreateInvoice", {"customer_id": C(1), "billing_period": "2026-03-01", "amount_cents": 2000}),
+            PlannedCall("CreateInvoice", {"customer_id": C(2), "billing_period": "2026-03-01", "amount_cents": 6000}),
+            PlannedCall("ApplyCredit", {"customer_id": C(0), "amount_cents": 3000}),
+            PlannedCall("ApplyCredit", {"customer_id": C(2), "amount_cents": 6000}),
+        ),
+        (
+            PlannedCall("QueueCharge", {"customer_id": C(0), "billing_period": "2026-03-01", "amount_cents": 2000}),
+            PlannedCall("QueueCharge", {"customer_id": C(1), "billing_period": "2026-03-01", "amount_cents": 2000}),
+        ),
+    ),
+    # West's credit covers its invoice: no charge for it.
+    intended=Intended(final_credit_cents=(0, 0, 2000), invoices=(1, 1, 1), provider_charges=(1, 1, 0),
+                      credit_memos=(0, 0, 0), refunds=(0, 0, 0), provider_refunds=(0, 0, 0)),
+)
+
+REORDER = Scenario(
+    name="reorder",
+    title="Dependent calls in the wrong order: the charge is sent before the invoice it needs",
+    prompt="Invoice the customer 45.00 for May 2026 and charge it to their card.",
+    customers=(CustomerSpec("acme", "Acme Media", 0),),
+    steps=((
+        # QueueCharge needs the invoice; told "create the invoice first", the model resends it after its sibling
+        PlannedCall("QueueCharge", {"customer_id": C(0), "billing_period": "2026-05-01", "amount_cents": 4500},
+                    reorder=True),
+        PlannedCall("CreateInvoice", {"customer_id": C(0), "billing_period": "2026-05-01", "amount_cents": 4500}),
+    ),),
+    intended=Intended(final_credit_cents=(0,), invoices=(1,), provider_charges=(1,), credit_memos=(0,),
+                      refunds=(0,), provider_refunds=(0,)),
+)
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (REFUND, INVOICE, TOPUP, BATCH, REORDER)}
 
 
 def get_scenario(name: str) -> Scenario:
@@ -150,16 +243,20 @@ def get_scenario(name: str) -> Scenario:
         raise ValueError(f"unknown scenario {name!r}; choose one of: {', '.join(SCENARIOS)}") from None
 
 
-INSERT_CUSTOMER = "INSERT INTO {schema}.customers (tenant_id, name, credit_cents) VALUES (%s, %s, %s) RETURNING id"
+INSERT_CUSTOMERS = """
+INSERT INTO {schema}.customers (tenant_id, name, credit_cents)
+SELECT t, n, c FROM unnest(%s::text[], %s::text[], %s::bigint[]) WITH ORDINALITY AS u(t, n, c, pos)
+ORDER BY pos
+RETURNING id
+"""
 
 
 async def create_customers(conn, specs: tuple[CustomerSpec, ...] | list[CustomerSpec], schema: str) -> list[int]:
-    """Insert an episode's customers into ``schema`` (``public`` or ``lax``); return their ids in order."""
+    """Insert an episode's customers into ``schema`` (``public`` or ``lax``) in one statement; return
+    their ids in order (ids come from one sequence, so they ascend with the insert order)."""
     from psycopg import sql
 
-    query = sql.SQL(INSERT_CUSTOMER).format(schema=sql.Identifier(schema))
-    ids = []
-    for spec in specs:
-        cur = await conn.execute(query, (spec.tenant_id, spec.name, spec.credit_cents))
-        ids.append((await cur.fetchone())[0])
-    return ids
+    query = sql.SQL(INSERT_CUSTOMERS).format(schema=sql.Identifier(schema))
+    cur = await conn.execute(query, ([s.tenant_id for s in specs], [s.name for s in specs],
+                                     [s.credit_cents for s in specs]))
+    return sorted(r[0] for r in await cur.fetchall())

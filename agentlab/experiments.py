@@ -1,0 +1,297 @@
+"""Experiments: episodes x presets x faults on one database, and the fault x preset table.
+
+:func:`run_experiment` runs ``episodes`` seeded episodes for every (fault, preset) pair, ``concurrency``
+at a time, on one fresh database with one harness, one provider and one agent process (each episode
+with its own thread id and its own customers: :mod:`agentlab.lab`). Episode ``i`` of a fault plays the
+same scenario with the same hallucinations and the same model seed under every preset, so the presets
+are compared on identical episodes. The result holds one row per episode and the summary.
+
+Same seed, same table: the violations per episode depend on the seed only (wall times do not).
+
+The run's speed comes from sharing: one compiled graph per preset, pools sized for the concurrency,
+checkpoints written once per run except where a fault resumes from one, and the experiment's own
+database committing with ``synchronous_commit = off`` (the faults here kill processes, never the
+server, so a commit the server has acknowledged is never lost in this lab).
+
+Sources: tqdm ("tqdm.auto"); pandas ("pivot_table").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from agentlab import db
+from agentlab.faults import FAULTS, get_fault
+from agentlab.harness import Harness
+from agentlab.invariants import KINDS, count_by_kind
+from agentlab.lab import FaultRun, Lab
+from agentlab.safeguards import PRESETS, preset
+
+ROW_COLUMNS = ("preset", "fault", "scenario", "episode", "seed", "rollbacks", "escalated", "crashed", "error",
+               "violations", *KINDS, "wall_ms")
+LADDER = tuple(PRESETS)  # naive ... full: each rung adds one safeguard
+SET_ASYNC_COMMIT = "ALTER DATABASE {} SET synchronous_commit = off"
+DEFAULT_CONCURRENCY = 32
+# the words in Fault.guarded_by that name what each rung adds (to list its own faults first)
+RUNG_GUARDS = {"constraints": ("constraints",), "validated": ("validation",), "transaction": ("transaction",),
+               "savepoints": ("savepoints",), "ledger": ("ledger",), "full": ("outbox", "timeouts")}
+
+
+def episode_seed(seed: int, episode: int) -> int:
+    """The seed of episode ``episode`` of an experiment seeded ``seed`` (the same for every fault and preset)."""
+    return random.Random(f"agentlab:{seed}:{episode}").randrange(2**31)
+
+
+def row(run: FaultRun, episode: int) -> dict[str, Any]:
+    """One DataFrame row for a checked episode."""
+    ep = run.episode
+    kinds = count_by_kind(run.violations)
+    return {"preset": run.preset, "fault": run.fault, "scenario": run.scenario.name, "episode": episode,
+            "seed": ep.seed, "rollbacks": ep.rollbacks_total, "escalated": ep.escalated, "crashed": run.crashed,
+            "error": ep.error, "violations": len(run.violations), **kinds, "wall_ms": round(ep.wall_ms, 3)}
+
+
+@dataclass
+class ExperimentResult:
+    """What an experiment produced. ``rows``: one per episode (:data:`ROW_COLUMNS`); ``wall_s``: seconds
+    from the first episode to the last; ``cpu_s``: this process's CPU seconds over the same span."""
+
+    rows: pd.DataFrame
+    wall_s: float
+    seed: int
+    episodes_per_cell: int
+    presets: tuple[str, ...]
+    faults: tuple[str, ...]
+    cpu_s: float = 0.0
+
+    @property
+    def episodes(self) -> int:
+        return len(self.rows)
+
+    @property
+    def episodes_per_s(self) -> float:
+        return self.episodes / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def summary(self) -> pd.DataFrame:
+        """Violations summed per fault (rows) and preset (columns), in catalog and ladder order."""
+        return summarize(self.rows, self.presets, self.faults)
+
+    def by_kind(self) -> pd.DataFrame:
+        """Violations per (fault, preset) and kind."""
+        return self.rows.groupby(["fault", "preset"], sort=False)[list(KINDS)].sum()
+
+    def safeguard_effects(self) -> pd.DataFrame:
+        """What each safeguard buys: for every rung of the ladder, the (fault, kind) cells where the preset
+        just below has violations and the rung has none."""
+        return safeguard_effects(self.rows, self.presets)
+
+    def deterministic_view(self) -> pd.DataFrame:
+        """The rows without what may vary between identical runs, to compare two runs: wall times, and the
+        rollback counts (on a loaded machine a lock or statement timeout can take one more retry)."""
+        return self.rows.drop(columns=["wall_ms", "rollbacks"]).reset_index(drop=True)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"episodes", "episodes_per_cell", "wall_s", "episodes_per_s", "seed", "summary": {preset: {fault: n}}, "rows"}``."""
+        summary = self.summary
+        return {
+            "episodes": self.episodes,
+            "episodes_per_cell": self.episodes_per_cell,
+            "wall_s": round(self.wall_s, 3),
+            "episodes_per_s": round(self.episodes_per_s, 1),
+            "seed": self.seed,
+            "summary": {p: {f: int(summary.loc[f, p]) for f in summary.index} for p in summary.columns},
+            "rows": [{k: _plain(v) for k, v in r.items()} for r in self.rows.to_dict(orient="records")],
+        }
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, float) and value != value:  # NaN
+        return None
+    return value
+
+
+def summarize(rows: pd.DataFrame, presets: Sequence[str] | None = None, faults: Sequence[str] | None = None
+              ) -> pd.DataFrame:
+    """The fault x preset table of summed violations (zeros where nothing broke)."""
+    presets = list(presets or dict.fromkeys(rows["preset"]))
+    faults = list(faults or dict.fromkeys(rows["fault"]))
+    table = rows.pivot_table(index="fault", columns="preset", values="violations", aggfunc="sum", fill_value=0)
+    table = table.reindex(index=faults, columns=presets, fill_value=0).astype(int)
+    table.index.name, table.columns.name = "fault", "preset"
+    return table
+
+
+def safeguard_effects(rows: pd.DataFrame, presets: Sequence[str] | None = None) -> pd.DataFrame:
+    """For each adjacent pair of ``presets`` (a ladder), the (fault, kind) cells that go from some
+    violations below to none at the rung. Columns: safeguard (the rung), fault, kind, below, at."""
+    presets = list(presets or dict.fromkeys(rows["preset"]))
+    sums = rows.groupby(["preset", "fault"])[list(KINDS)].sum()
+    out = []
+    for lower, upper in zip(presets, presets[1:]):
+        cells = []
+        for fault in dict.fromkeys(rows["fault"]):
+            if (lower, fault) not in sums.index or (upper, fault) not in sums.index:
+                continue
+            meant = any(w in FAULTS[fault].guarded_by for w in RUNG_GUARDS.get(upper, ())) if fault in FAULTS else False
+            for kind in KINDS:
+                below, at = int(sums.loc[(lower, fault), kind]), int(sums.loc[(upper, fault), kind])
+                if below > 0 and at == 0:
+                    cells.append((not meant, {"safeguard": upper, "fault": fault, "kind": kind, "below": below,
+                                              "at": at}))
+        out += [c for _, c in sorted(cells, key=lambda c: c[0])]  # the faults the rung is meant for first
+    return pd.DataFrame(out, columns=["safeguard", "fault", "kind", "below", "at"])
+
+
+def _progress(total: int, enabled: bool | None):
+    from tqdm.auto import tqdm
+
+    disable = (not sys.stderr.isatty()) if enabled is None else not enabled
+    return tqdm(total=total, disable=disable, unit="episode", desc="chaos", leave=False)
+
+
+async def run_experiment(episodes: int = 10, presets: Iterable[str] | None = None, faults: Iterable[str] | None = None,
+                         *, seed: int = 0, concurrency: int = DEFAULT_CONCURRENCY, progress: bool | None = None,
+                         url: str | None = None, durability: str | None = None,
+                         fast_commit: bool = True) -> ExperimentResult:
+    """Run ``episodes`` episodes for every (fault, preset) pair and check each.
+
+    Args:
+        episodes: episodes per (fault, preset) cell.
+        presets / faults: names (default: every preset of the ladder, every fault of the catalog).
+        seed: seeds the episodes (scenario choice, hallucinations, model call ids).
+        concurrency: episodes in flight at once.
+        progress: show a tqdm bar (default: when stderr is a terminal).
+        url: run on this database (default: a fresh one, dropped afterwards).
+        durability: force one LangGraph durability for every episode (default: per fault, see :mod:`agentlab.lab`).
+        fast_commit: ``synchronous_commit = off`` for the fresh experiment database (ignored with ``url``).
+
+    Raises:
+        ValueError: an unknown preset or fault name.
+        agentlab.db.DatabaseUnavailable: no server.
+    """
+    presets = tuple(presets or PRESETS)
+    faults = tuple(faults or FAULTS)
+    for p in presets:
+        preset(p)
+    fault_objs = [get_fault(f) for f in faults]
+    concurrency = max(1, concurrency)
+    created = url is None
+    if created:
+        url = await asyncio.to_thread(db.create_database, "chaos")
+        if fast_commit:
+            await asyncio.to_thread(_fast_commit, url)
+    try:
+        h = await Harness.open(url, pool_max=max(8, concurrency // 2 + 8))
+    except BaseException:
+        if created:
+            await asyncio.to_thread(db.drop_database, url)
+        raise
+    try:
+        lab = Lab(h, pool_max=concurrency + 4, checkpointer_max=min(8, max(2, concurrency // 4)))
+        await lab.start()
+        try:
+            for f in fault_objs:
+                await lab.install(f)
+            jobs = [(i, f, p) for i in range(episodes) for f in faults for p in presets]
+            results: list[dict] = []
+            bar = _progress(len(jobs), progress)
+            t0, cpu0 = time.perf_counter(), time.process_time()
+            it = iter(jobs)
+
+            async def worker() -> None:
+                for i, f, p in it:
+                    run = await lab.run(f, p, seed=episode_seed(seed, i), durability=durability)
+                    results.append(row(run, i))
+                    bar.update(1)
+
+            try:
+                await asyncio.gather(*(worker() for _ in range(min(concurrency, len(jobs)))))
+            finally:
+                bar.close()
+            wall_s, cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
+        finally:
+            await lab.close()
+    finally:
+        await h.close()
+        if created:
+            await asyncio.to_thread(db.drop_database, url)
+    rows = pd.DataFrame(results, columns=list(ROW_COLUMNS))
+    order = {f: n for n, f in enumerate(faults)}, {p: n for n, p in enumerate(presets)}
+    rows = rows.sort_values(["fault", "preset", "episode"], key=lambda s: s.map(order[0]) if s.name == "fault"
+                            else s.map(order[1]) if s.name == "preset" else s).reset_index(drop=True)
+    return ExperimentResult(rows, wall_s, seed, episodes, presets, faults, cpu_s)
+
+
+def _fast_commit(url: str) -> None:
+    """``synchronous_commit = off`` for every later session of the database at ``url`` (before any opens)."""
+    from psycopg import sql
+
+    with db.admin_connection() as conn:
+        conn.execute(sql.SQL(SET_ASYNC_COMMIT).format(sql.Identifier(db.dbname_of(url))))
+
+
+def render(result: ExperimentResult) -> str:
+    """The CLI's text: the fault x preset table, what each safeguard buys, and the run's speed."""
+    lines = [f"Invariant violations per fault (rows) and preset (columns): {result.episodes_per_cell} episode(s) "
+             f"per cell, seed {result.seed}", "", result.summary.to_string(), ""]
+    effects = result.safeguard_effects()
+    if len(effects):
+        lines.append("What each safeguard buys (violations just below it -> 0 with it):")
+        for rung, part in effects.groupby("safeguard", sort=False):
+            cells = [f"{r.fault}/{r.kind} {r.below}" for r in part.itertuples()][:4]
+            more = f" (+{len(part) - 4} more)" if len(part) > 4 else ""
+            lines.append(f"  {rung:<12} {', '.join(cells)}{more}")
+        lines.append("")
+    errors = int(result.rows["error"].notna().sum())
+    lines.append(f"{result.episodes} episodes in {result.wall_s:.2f} s ({result.episodes_per_s:.1f} episodes/s, "
+                 f"{result.cpu_s / max(result.episodes, 1) * 1000:.1f} ms of this process's CPU per episode)"
+                 + (f"; {errors} episode(s) ended on an error" if errors else ""))
+    return "\n".join(lines)
+
+
+def add_arguments(parser) -> None:
+    """The ``chaos`` subcommand's options."""
+    parser.add_argument("--episodes", type=int, default=10, help="episodes per fault and preset (default 10)")
+    parser.add_argument("--presets", nargs="+", choices=list(PRESETS), default=None, metavar="PRESET",
+                        help=f"presets to compare (default: all: {' '.join(PRESETS)})")
+    parser.add_argument("--faults", nargs="+", choices=list(FAULTS), default=None, metavar="FAULT",
+                        help=f"faults to inject (default: all: {' '.join(FAULTS)})")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="episodes in flight at once")
+    parser.add_argument("--json", action="store_true", help="print one JSON object with the summary and every row")
+    parser.add_argument("--plot", metavar="FILE.png", help="write the fault x preset heatmap to this PNG")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def main(args) -> int:
+    """Run the ``chaos`` subcommand; 0 on success, 1 if an episode ended on an unhandled error."""
+    import json
+    import logging
+
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)  # killed backends are the point here
+    if args.episodes < 1:
+        raise SystemExit("--episodes must be at least 1")
+    result = asyncio.run(run_experiment(
+        args.episodes, args.presets, args.faults, seed=args.seed, concurrency=args.concurrency,
+        progress=False if (args.no_progress or args.json) else None,
+    ))
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from agentlab.charts import experiment_heatmap, save
+
+        save(experiment_heatmap(result), args.plot)
+    print(json.dumps(result.to_json(), default=str) if args.json else render(result))
+    return 0
