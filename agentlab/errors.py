@@ -171,6 +171,9 @@ RULES: tuple[Rule, ...] = (
     Rule("42883", Category.INVALID_ARGUMENTS, False, "an argument has the wrong type; check every argument's type."),
     Rule("42804", Category.INVALID_ARGUMENTS, False, "an argument has the wrong type; check every argument's type."),
     Rule("42501", Category.NOT_FOUND, False, "no such record was found; check the ids."),  # privilege / row security
+    # a value psycopg cannot send (a NUL byte in text): refused on the client, no SQLSTATE
+    Rule(psycopg.DataError, Category.INVALID_ARGUMENTS, False,
+         "a text argument holds a character that cannot be stored (such as a NUL byte); remove it."),
     # client-side infrastructure: lost connections, pool exhaustion, OS-level timeouts
     Rule(psycopg.OperationalError, Category.TRANSIENT, True, INFRA_UNAVAILABLE),
     Rule(psycopg.InterfaceError, Category.TRANSIENT, True, INFRA_UNAVAILABLE),
@@ -212,7 +215,8 @@ def _pydantic_reason(exc: Any, allowed: tuple[str, ...]) -> str:
             got or "", got
         )
         if kind == "extra_forbidden":
-            name = loc if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,40}", loc or "") else None
+            # echo the model's own key only when it is a plain name that names nothing internal
+            name = loc if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,40}", loc or "") and not find_leaks(loc) else None
             what = f"'{name}' is not an argument of this tool" if name else "an unknown argument was sent"
             parts.append(f"{what} (allowed: {', '.join(allowed)})" if allowed else what)
             continue

@@ -39,7 +39,7 @@ class EventLog:
         if unknown:
             raise TypeError(f"unknown event fields: {sorted(unknown)}")
         fields.setdefault("attempt", 1)
-        row = {**fields, "node": node, "outcome": outcome}
+        row = {k: _storable(v) for k, v in {**fields, "node": node, "outcome": outcome}.items()}
         level = logging.WARNING if row.get("error_class") else logging.INFO
         log.log(level, "event %s", {k: v for k, v in row.items() if v is not None}, extra={"agentlab_event": row})
         self._buffer.append(tuple(row.get(c) for c in EVENT_COLUMNS))
@@ -65,3 +65,11 @@ class EventLog:
             log.exception("could not write %d events", len(rows))
             return 0
         return len(rows)
+
+
+def _storable(value: Any) -> Any:
+    """Text PostgreSQL can store: a model may send a NUL byte or a lone surrogate in a tool name or id,
+    and one such value must not make the whole buffered batch of events fail to insert."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\\x00").encode("utf-8", "replace").decode("utf-8")
+    return value
