@@ -22,7 +22,7 @@ def heatmap(table: pd.DataFrame, *, ax=None, title: str | None = None, xlabel: s
     (a few violations stay visible next to thousands).
     """
     import matplotlib.pyplot as plt
-    from matplotlib.colors import ListedColormap, PowerNorm
+    from matplotlib.colors import PowerNorm
 
     values = table.to_numpy(dtype=float)
     if ax is None:
@@ -30,8 +30,7 @@ def heatmap(table: pd.DataFrame, *, ax=None, title: str | None = None, xlabel: s
     else:
         fig = ax.figure
     vmax = max(1.0, float(values.max()) if values.size else 1.0)
-    cmap = plt.get_cmap("Reds").copy()
-    cmap.set_under(HELD)
+    cmap = plt.get_cmap("Reds").with_extremes(under=HELD)
     image = ax.imshow(values, cmap=cmap, norm=PowerNorm(0.5, vmin=0.5, vmax=vmax), aspect="auto")
     ax.set_xticks(range(len(table.columns)), labels=[str(c) for c in table.columns], rotation=30, ha="right")
     ax.set_yticks(range(len(table.index)), labels=[str(i) for i in table.index])

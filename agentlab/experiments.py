@@ -59,6 +59,13 @@ def row(run: FaultRun, episode: int) -> dict[str, Any]:
             "error": ep.error, "violations": len(run.violations), **kinds, "wall_ms": round(ep.wall_ms, 3)}
 
 
+def lab_error_row(fault: str, preset_name: str, episode: int, seed: int, exc: BaseException) -> dict[str, Any]:
+    """The row of an episode the lab could not run or check (its error column says why)."""
+    return {"preset": preset_name, "fault": fault, "scenario": None, "episode": episode, "seed": seed,
+            "rollbacks": 0, "escalated": False, "crashed": False, "error": f"lab error: {type(exc).__name__}: {exc}",
+            "violations": 0, **dict.fromkeys(KINDS, 0), "wall_ms": 0.0}
+
+
 @dataclass
 class ExperimentResult:
     """What an experiment produced. ``rows``: one per episode (:data:`ROW_COLUMNS`); ``wall_s``: seconds
@@ -211,8 +218,11 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str] | None = Non
 
             async def worker() -> None:
                 for i, f, p in it:
-                    run = await lab.run(f, p, seed=episode_seed(seed, i), durability=durability)
-                    results.append(row(run, i))
+                    try:
+                        run = await lab.run(f, p, seed=episode_seed(seed, i), durability=durability)
+                        results.append(row(run, i))
+                    except Exception as exc:  # the lab itself failed: keep the experiment, show the row
+                        results.append(lab_error_row(f, p, i, episode_seed(seed, i), exc))
                     bar.update(1)
 
             try:
@@ -275,7 +285,7 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    """Run the ``chaos`` subcommand; 0 on success, 1 if an episode ended on an unhandled error."""
+    """Run the ``chaos`` subcommand and print its table (or JSON); 0 on success."""
     import json
     import logging
 

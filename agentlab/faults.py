@@ -258,7 +258,7 @@ BEGIN
         -- a marker the fault's controller can see in pg_locks: this customer's statement is now slow
         PERFORM pg_advisory_xact_lock_shared(4242, NEW.id::integer);
         WHILE EXISTS (SELECT 1 FROM public.chaos_slow_customers WHERE customer_id = NEW.id) LOOP
-            PERFORM pg_sleep(0.01);
+            PERFORM pg_sleep(0.05);
         END LOOP;
     END IF;
     RETURN NEW;

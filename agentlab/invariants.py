@@ -33,6 +33,7 @@ reference for a credit memo or refund); a tool call names it in its arguments.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from collections.abc import Iterable
@@ -67,6 +68,15 @@ FROM {s}.customers c WHERE c.id = ANY(%s)
 """
 PROVIDER_PAYMENTS = "SELECT customer, kind, count(*) FROM provider.payments WHERE customer = ANY(%s) GROUP BY 1, 2"
 LEDGER_ROWS = "SELECT tool_call_id FROM tool_executions WHERE thread_id = %s"
+# the three reads above in one round trip: (customer rows, payments, ledger call ids) as JSON
+EPISODE_RECORDS = """
+SELECT (SELECT coalesce(json_agg(json_build_array(c.id, c.tenant_id, c.credit_cents, c.invoices, c.memos, c.refunds)),
+                        '[]') FROM ({customers}) AS c(id, tenant_id, credit_cents, invoices, memos, refunds)),
+       (SELECT coalesce(json_agg(json_build_array(p.customer, p.kind, p.n)), '[]')
+          FROM (SELECT customer, kind, count(*) AS n FROM provider.payments WHERE customer = ANY(%s)
+                GROUP BY 1, 2) AS p),
+       (SELECT coalesce(json_agg(tool_call_id), '[]') FROM tool_executions WHERE thread_id = %s)
+"""
 
 _CREATES = {"CreateInvoice": ("invoice", "billing_period"), "CreateCreditMemo": ("credit_memo", "reference"),
             "QueueRefund": ("refund", "reference")}
@@ -96,22 +106,25 @@ class CustomerRecords:
     provider_refunds: int
 
 
-async def read_records(pool, schema: str, customer_ids: list[int]) -> dict[int, CustomerRecords]:
-    """Read each customer's rows from ``schema`` and its payments from the provider's records."""
-    query = sql.SQL(CUSTOMER_RECORDS).format(s=sql.Identifier(schema))
-    refs = [customer_ref(i) for i in customer_ids]
+async def read_records(pool, schema: str, customer_ids: list[int], thread_id: str | None = None
+                       ) -> tuple[dict[int, CustomerRecords], set[str]]:
+    """Each customer's rows in ``schema`` and payments in the provider's records, and the ledger's call
+    ids for ``thread_id``, in one round trip."""
+    customers = sql.SQL(CUSTOMER_RECORDS.replace("%s", "%(ids)s")).format(s=sql.Identifier(schema))
+    query = sql.SQL(EPISODE_RECORDS.replace("%s", "{}")).format(
+        sql.Placeholder("refs"), sql.Placeholder("thread"), customers=customers)
+    params = {"ids": customer_ids, "refs": [customer_ref(i) for i in customer_ids], "thread": thread_id}
     async with pool.connection() as conn:
-        rows = await (await conn.execute(query, (customer_ids,))).fetchall()
-        pays = await (await conn.execute(PROVIDER_PAYMENTS, (refs,))).fetchall()
-    paid = {(c, k): n for c, k, n in pays}
+        rows, pays, ledger = await (await conn.execute(query, params)).fetchone()
+    paid = {(c, k): n for c, k, n in _json(pays)}
     out = {}
-    for cid, tenant, credit, invoices, memos, refunds in rows:
+    for cid, tenant, credit, invoices, memos, refunds in _json(rows):
         memos = _json(memos)
         out[cid] = CustomerRecords(
             cid, tenant, credit, tuple(_json(invoices)), tuple(m[0] for m in memos), sum(bool(m[1]) for m in memos),
             tuple(_json(refunds)), paid.get((customer_ref(cid), "charge"), 0), paid.get((customer_ref(cid), "refund"), 0),
         )
-    return out
+    return out, set(_json(ledger))
 
 
 def _json(value: Any) -> Any:
@@ -145,7 +158,7 @@ def check_messages(messages: list, thread_id: str, safeguards: Safeguards | None
         out.append(Violation("unanswered_call", thread_id, f"a ToolMessage answers {call_id}, which no AIMessage sent"))
     for m in messages:
         if isinstance(m, ToolMessage):
-            kinds = find_leaks(str(m.content))
+            kinds = _leaks(str(m.content))
             if kinds:
                 out.append(Violation("leak", thread_id, f"{m.name} answer to {m.tool_call_id} shows {', '.join(kinds)}"))
     if safeguards is not None and safeguards.transaction and safeguards.policy is Policy.ATOMIC:
@@ -156,6 +169,11 @@ def check_messages(messages: list, thread_id: str, safeguards: Safeguards | None
                 out.append(Violation("half_applied_batch", thread_id,
                                      f"batch {n}: {ok} of {len(seen)} calls reported applied under the atomic policy"))
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _leaks(text: str) -> tuple[str, ...]:
+    return tuple(find_leaks(text))  # answers repeat across episodes ("NOT APPLIED: ..."): scan each text once
 
 
 def applied_calls(messages: list) -> list[dict]:
@@ -170,12 +188,8 @@ def applied_calls(messages: list) -> list[dict]:
 async def check_episode(pool, ep, scenario: Scenario, safeguards: Safeguards) -> list[Violation]:
     """Every violation of episode ``ep`` (an :class:`agentlab.harness.Episode`) of ``scenario``
     under ``safeguards``, from the database, the provider's records and ``ep.messages``."""
-    records = await read_records(pool, ep.schema, ep.customer_ids)
-    ledger: set[str] | None = None
-    if safeguards.ledger:
-        async with pool.connection() as conn:
-            ledger = {r[0] for r in await (await conn.execute(LEDGER_ROWS, (ep.thread_id,))).fetchall()}
-    return check_state(ep, scenario, safeguards, records, ledger)
+    records, ledger = await read_records(pool, ep.schema, ep.customer_ids, ep.thread_id)
+    return check_state(ep, scenario, safeguards, records, ledger if safeguards.ledger else None)
 
 
 def check_state(ep, scenario: Scenario, safeguards: Safeguards, records: dict[int, CustomerRecords],
