@@ -33,7 +33,7 @@ from agentlab.faults import FAULTS, get_fault
 from agentlab.harness import Harness
 from agentlab.invariants import KINDS, count_by_kind
 from agentlab.lab import FaultRun, Lab
-from agentlab.safeguards import PRESETS, preset
+from agentlab.safeguards import PRESETS, Safeguards, preset
 
 ROW_COLUMNS = ("preset", "fault", "scenario", "episode", "seed", "rollbacks", "escalated", "crashed", "error",
                "violations", *KINDS, "wall_ms")
@@ -92,6 +92,10 @@ class ExperimentResult:
         """Violations summed per fault (rows) and preset (columns), in catalog and ladder order."""
         return summarize(self.rows, self.presets, self.faults)
 
+    def summary_of(self, kinds: Iterable[str]) -> pd.DataFrame:
+        """As :attr:`summary`, counting only ``kinds`` (e.g. :data:`agentlab.invariants.STATE_KINDS`)."""
+        return summarize(self.rows, self.presets, self.faults, kinds=kinds)
+
     def by_kind(self) -> pd.DataFrame:
         """Violations per (fault, preset) and kind."""
         return self.rows.groupby(["fault", "preset"], sort=False)[list(KINDS)].sum()
@@ -128,11 +132,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def summarize(rows: pd.DataFrame, presets: Sequence[str] | None = None, faults: Sequence[str] | None = None
-              ) -> pd.DataFrame:
-    """The fault x preset table of summed violations (zeros where nothing broke)."""
+def summarize(rows: pd.DataFrame, presets: Sequence[str] | None = None, faults: Sequence[str] | None = None,
+              *, kinds: Iterable[str] | None = None) -> pd.DataFrame:
+    """The fault x preset table of summed violations (zeros where nothing broke); only ``kinds`` when given."""
     presets = list(presets or dict.fromkeys(rows["preset"]))
     faults = list(faults or dict.fromkeys(rows["fault"]))
+    if kinds is not None:
+        rows = rows.assign(violations=rows[list(kinds)].sum(axis=1))
     table = rows.pivot_table(index="fault", columns="preset", values="violations", aggfunc="sum", fill_value=0)
     table = table.reindex(index=faults, columns=presets, fill_value=0).astype(int)
     table.index.name, table.columns.name = "fault", "preset"
@@ -167,15 +173,17 @@ def _progress(total: int, enabled: bool | None):
     return tqdm(total=total, disable=disable, unit="episode", desc="chaos", leave=False)
 
 
-async def run_experiment(episodes: int = 10, presets: Iterable[str] | None = None, faults: Iterable[str] | None = None,
-                         *, seed: int = 0, concurrency: int = DEFAULT_CONCURRENCY, progress: bool | None = None,
+async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards] | None = None,
+                         faults: Iterable[str] | None = None, *, seed: int = 0, concurrency: int = DEFAULT_CONCURRENCY, progress: bool | None = None,
                          url: str | None = None, durability: str | None = None,
                          fast_commit: bool = True) -> ExperimentResult:
     """Run ``episodes`` episodes for every (fault, preset) pair and check each.
 
     Args:
         episodes: episodes per (fault, preset) cell.
-        presets / faults: names (default: every preset of the ladder, every fault of the catalog).
+        presets: preset names or :class:`agentlab.safeguards.Safeguards` values with distinct names (default:
+            the whole ladder, in order; :meth:`ExperimentResult.safeguard_effects` compares neighbours).
+        faults: fault names (default: every fault of the catalog).
         seed: seeds the episodes (scenario choice, hallucinations, model call ids).
         concurrency: episodes in flight at once.
         progress: show a tqdm bar (default: when stderr is a terminal).
@@ -187,10 +195,12 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str] | None = Non
         ValueError: an unknown preset or fault name.
         agentlab.db.DatabaseUnavailable: no server.
     """
-    presets = tuple(presets or PRESETS)
+    chosen = [preset(p) if isinstance(p, str) else p for p in (presets or PRESETS)]
+    by_name = {sg.name: sg for sg in chosen}
+    if len(by_name) != len(chosen):
+        raise ValueError("presets must have distinct names (give a custom Safeguards value its own name=)")
+    presets = tuple(by_name)
     faults = tuple(faults or FAULTS)
-    for p in presets:
-        preset(p)
     fault_objs = [get_fault(f) for f in faults]
     concurrency = max(1, concurrency)
     created = url is None
@@ -219,7 +229,7 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str] | None = Non
             async def worker() -> None:
                 for i, f, p in it:
                     try:
-                        run = await lab.run(f, p, seed=episode_seed(seed, i), durability=durability)
+                        run = await lab.run(f, by_name[p], seed=episode_seed(seed, i), durability=durability)
                         results.append(row(run, i))
                     except Exception as exc:  # the lab itself failed: keep the experiment, show the row
                         results.append(lab_error_row(f, p, i, episode_seed(seed, i), exc))

@@ -492,7 +492,7 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
     Hallucination("stray_quote", "hallucinated_argument", "a customer id as text with a stray quote (\"12'\")",
                   "validation", CLEAN_SCENARIOS, tool="*", field="customer_id", corrupt=_stray_quote, later_only=True),
     OtherTenant("other_tenant_id", "hallucinated_argument", "a customer id of another tenant",
-                "isolation (row-level security, on another branch)", ("refund", "invoice", "batch")),
+                "isolation (row-level security)", ("refund", "invoice", "batch")),
     OverBalance("check_violation", "check_violation", "a deduction larger than the credit balance (CHECK)",
                 "constraints", ("refund", "invoice", "batch")),
     RepeatNaturalKey("unique_violation", "unique_violation", "a record created again under its natural key (UNIQUE)",

@@ -56,6 +56,14 @@ KINDS: tuple[str, ...] = (
     "ledger_mismatch", "half_applied_batch", "cross_tenant_effect",
 )
 
+# The kinds in three groups: what the database and the provider hold; whether what the model was told
+# matches what happened; the message history itself.
+STATE_KINDS = ("duplicate_invoice", "negative_balance", "balance_mismatch", "record_count", "payment_count",
+               "dangling_reference", "cross_tenant_effect")
+REPORT_KINDS = ("applied_but_missing", "unreported_effect", "ledger_mismatch", "half_applied_batch")
+MESSAGE_KINDS = ("unanswered_call", "leak")
+assert set(STATE_KINDS + REPORT_KINDS + MESSAGE_KINDS) == set(KINDS)
+
 # One row per customer: tenant, balance, and its records as JSON arrays (natural keys).
 CUSTOMER_RECORDS = """
 SELECT c.id, c.tenant_id, c.credit_cents,

@@ -94,3 +94,11 @@ def test_chaos_cli_prints_the_table(capsys):
     text = capsys.readouterr().out
     assert "negative_amount" in text and "validated" in text and "episodes/s" in text
     assert "validated" in text.split("What each safeguard buys")[1]
+
+
+def test_a_custom_safeguards_value_runs_beside_the_presets():
+    """Users build their own: the full preset without its outbox double-charges on a provider timeout."""
+    no_outbox = preset("full").replace(name="full_without_outbox", outbox=False)
+    result = asyncio.run(run_experiment(1, ["full", no_outbox], ["provider_timeout"], concurrency=2, progress=False))
+    assert result.summary.loc["provider_timeout", "full"] == 0
+    assert result.summary_of(["payment_count"]).loc["provider_timeout", "full_without_outbox"] == 1
