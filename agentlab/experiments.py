@@ -111,7 +111,8 @@ class ExperimentResult:
         return self.rows.drop(columns=["wall_ms", "rollbacks"]).reset_index(drop=True)
 
     def to_json(self) -> dict[str, Any]:
-        """``{"episodes", "episodes_per_cell", "wall_s", "episodes_per_s", "seed", "summary": {preset: {fault: n}}, "rows"}``."""
+        """The CLI's JSON: ``episodes`` (run in all), ``episodes_per_cell``, ``wall_s``, ``episodes_per_s``,
+        ``seed``, ``summary`` (``{preset: {fault: violations}}``) and ``rows`` (one object per episode)."""
         summary = self.summary
         return {
             "episodes": self.episodes,
@@ -174,7 +175,8 @@ def _progress(total: int, enabled: bool | None):
 
 
 async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards] | None = None,
-                         faults: Iterable[str] | None = None, *, seed: int = 0, concurrency: int = DEFAULT_CONCURRENCY, progress: bool | None = None,
+                         faults: Iterable[str] | None = None, *, seed: int = 0,
+                         concurrency: int = DEFAULT_CONCURRENCY, progress: bool | None = None,
                          url: str | None = None, durability: str | None = None,
                          fast_commit: bool = True) -> ExperimentResult:
     """Run ``episodes`` episodes for every (fault, preset) pair and check each.
@@ -209,7 +211,7 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
         if fast_commit:
             await asyncio.to_thread(_fast_commit, url)
     try:
-        h = await Harness.open(url, pool_max=max(8, concurrency // 2 + 8))
+        h = await Harness.open(url, pool_max=max(8, concurrency // 4 + 8))  # fault controllers, the checker
     except BaseException:
         if created:
             await asyncio.to_thread(db.drop_database, url)

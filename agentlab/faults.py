@@ -5,31 +5,31 @@ variants with their own names because different safeguards hold them. Every faul
 own episode (its customers, its thread, its node and worker), so many episodes can run at once on
 one database, one provider and one process.
 
-=========================  ===============================================================================
-fault                      mechanism
-=========================  ===============================================================================
-``wrong_type``             the model sends an amount in major units as a decimal (``25.0`` for 2500 cents)
-``negative_amount``        the model sends a negative amount to a deduction
-``stray_quote``            the model sends a customer id as text with a stray quote (``"12'"``)
-``other_tenant_id``        the model names a customer of another tenant (one the episode created)
-``check_violation``        the model deducts more credit than the customer has (CHECK)
-``unique_violation``       the model creates a record again under the same natural key (UNIQUE)
-``fk_violation``           the model names an invoice that does not exist (FOREIGN KEY)
-``lock_timeout``           a second session holds ``SELECT ... FOR UPDATE`` on the customer's row
-``statement_timeout``      a trigger sleeps inside the customer's UPDATE, past the statement timeout
-``backend_killed``         another session runs ``pg_terminate_backend`` on the node's backend during call 2
+===========================  ===============================================================================
+fault                        mechanism
+===========================  ===============================================================================
+``wrong_type``               the model sends an amount in major units as a decimal (``25.0`` for 2500 cents)
+``negative_amount``          the model sends a negative amount to a deduction
+``stray_quote``              the model sends a customer id as text with a stray quote (``"12'"``)
+``other_tenant_id``          the model names a customer of another tenant (one the episode created)
+``check_violation``          the model deducts more credit than the customer has (CHECK)
+``unique_violation``         the model creates a record again under the same natural key (UNIQUE)
+``fk_violation``             the model names an invoice that does not exist (FOREIGN KEY)
+``lock_timeout``             a second session holds ``SELECT ... FOR UPDATE`` on the customer's row
+``statement_timeout``        a trigger sleeps inside the customer's UPDATE, past the statement timeout
+``backend_killed``           another session runs ``pg_terminate_backend`` on the node's backend during call 2
 ``crash_before_checkpoint``  the process dies after the business COMMIT, before the checkpoint write;
-                           the thread resumes from its checkpoint in a new process
-``crash_mid_node``         the process dies before call 2 of a batch; the thread resumes in a new process
-``provider_timeout``       the provider performs the payment, then the caller's request times out
-``worker_crash``           the process calling the provider dies after the call and before recording it:
-                           the outbox worker (outbox on) or the tools node calling inline (outbox off);
-                           a new process resumes
-``provider_forgot_key``    as ``worker_crash``, and the resume comes days later: the provider's clock has
-                           moved past its idempotency-key retention
-``wrong_order``            dependent calls in the wrong order in one step (the ``reorder`` scenario)
-``none``                   no fault: the control row, every preset should hold
-=========================  ===============================================================================
+                             the thread resumes from its checkpoint in a new process
+``crash_mid_node``           the process dies before call 2 of a batch; the thread resumes in a new process
+``provider_timeout``         the provider performs the payment, then the caller's request times out
+``worker_crash``             the process calling the provider dies after the call and before recording it:
+                             the outbox worker (outbox on) or the tools node calling inline (outbox off);
+                             a new process resumes
+``provider_forgot_key``      as ``worker_crash``, and the resume comes days later: the provider's clock has
+                             moved past its idempotency-key retention
+``wrong_order``              dependent calls in the wrong order in one step (the ``reorder`` scenario)
+``none``                     no fault: the control row, every preset should hold
+===========================  ===============================================================================
 
 Hallucinations go into the script (:meth:`agentlab.scenarios.Scenario.with_call`), so the model
 really emits them; ``fix`` is what a careful LLM sends once told which argument is wrong.
@@ -37,7 +37,7 @@ A fault never sets a flag the code under test reads: it holds real locks, kills 
 installs a real trigger, raises where a process would die, or asks the provider for its own
 injected network failure.
 
-``get_fault(name)``, :data:`FAULTS`; :meth:`agentlab.lab.Lab.run` injects one into an episode.
+``get_fault(name)``,         :data:`FAULTS`; :meth:`agentlab.lab.Lab.run` injects one into an episode.
 """
 
 from __future__ import annotations
@@ -86,6 +86,11 @@ class Fault:
     scenarios: tuple[str, ...] = CLEAN_SCENARIOS
 
     resumes = False
+
+    def resumes_graph(self, safeguards) -> bool:
+        """Whether the episode's graph may crash and resume from a checkpoint under ``safeguards`` (it then
+        needs a checkpoint per super-step)."""
+        return self.resumes
 
     def prepare(self, scenario: Scenario, rng: random.Random) -> Scenario:
         """The scenario the model will play (hallucinations go here). Pure."""
@@ -460,6 +465,9 @@ class CrashAfterProviderCall(Fault):
     forget_keys: bool = False
     scenarios: tuple[str, ...] = PAYMENT_SCENARIOS
     resumes = True
+
+    def resumes_graph(self, safeguards) -> bool:
+        return not safeguards.outbox  # with the outbox it is the worker that dies, after the graph finished
 
     async def arm(self, run: "EpisodeRun") -> None:
         if run.safeguards.outbox:

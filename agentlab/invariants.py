@@ -45,7 +45,6 @@ from psycopg import sql
 
 from agentlab.errors import find_leaks
 from agentlab.model import classify
-from agentlab.node import idempotency_key
 from agentlab.provider import customer_ref
 from agentlab.safeguards import Policy, Safeguards
 from agentlab.scenarios import Intended, Scenario
@@ -72,18 +71,17 @@ SELECT c.id, c.tenant_id, c.credit_cents,
                    (SELECT 1 FROM {s}.invoices x WHERE x.id = m.invoice_id))), '[]')
           FROM {s}.credit_memos m WHERE m.customer_id = c.id),
        (SELECT coalesce(json_agg(r.reference), '[]') FROM {s}.refunds r WHERE r.customer_id = c.id)
-FROM {s}.customers c WHERE c.id = ANY(%s)
+FROM {s}.customers c WHERE c.id = ANY(%(ids)s)
 """
-PROVIDER_PAYMENTS = "SELECT customer, kind, count(*) FROM provider.payments WHERE customer = ANY(%s) GROUP BY 1, 2"
-LEDGER_ROWS = "SELECT tool_call_id FROM tool_executions WHERE thread_id = %s"
-# the three reads above in one round trip: (customer rows, payments, ledger call ids) as JSON
+# the customer rows, the provider's payments per customer and kind, and the ledger's call ids for the
+# thread, in one round trip, as JSON
 EPISODE_RECORDS = """
 SELECT (SELECT coalesce(json_agg(json_build_array(c.id, c.tenant_id, c.credit_cents, c.invoices, c.memos, c.refunds)),
                         '[]') FROM ({customers}) AS c(id, tenant_id, credit_cents, invoices, memos, refunds)),
        (SELECT coalesce(json_agg(json_build_array(p.customer, p.kind, p.n)), '[]')
-          FROM (SELECT customer, kind, count(*) AS n FROM provider.payments WHERE customer = ANY(%s)
+          FROM (SELECT customer, kind, count(*) AS n FROM provider.payments WHERE customer = ANY(%(refs)s)
                 GROUP BY 1, 2) AS p),
-       (SELECT coalesce(json_agg(tool_call_id), '[]') FROM tool_executions WHERE thread_id = %s)
+       (SELECT coalesce(json_agg(tool_call_id), '[]') FROM tool_executions WHERE thread_id = %(thread)s)
 """
 
 _CREATES = {"CreateInvoice": ("invoice", "billing_period"), "CreateCreditMemo": ("credit_memo", "reference"),
@@ -118,9 +116,8 @@ async def read_records(pool, schema: str, customer_ids: list[int], thread_id: st
                        ) -> tuple[dict[int, CustomerRecords], set[str]]:
     """Each customer's rows in ``schema`` and payments in the provider's records, and the ledger's call
     ids for ``thread_id``, in one round trip."""
-    customers = sql.SQL(CUSTOMER_RECORDS.replace("%s", "%(ids)s")).format(s=sql.Identifier(schema))
-    query = sql.SQL(EPISODE_RECORDS.replace("%s", "{}")).format(
-        sql.Placeholder("refs"), sql.Placeholder("thread"), customers=customers)
+    customers = sql.SQL(CUSTOMER_RECORDS).format(s=sql.Identifier(schema))
+    query = sql.SQL(EPISODE_RECORDS).format(customers=customers)
     params = {"ids": customer_ids, "refs": [customer_ref(i) for i in customer_ids], "thread": thread_id}
     async with pool.connection() as conn:
         rows, pays, ledger = await (await conn.execute(query, params)).fetchone()

@@ -290,7 +290,7 @@ class Lab:
         """The process crashed episodes resume in (new pools, saver and graphs; opened once)."""
         async with self._opening:
             if self.restarted is None:
-                self.restarted = await self._new_process(max(4, self.pool_max // 2))
+                self.restarted = await self._new_process(max(4, self.pool_max // 4))
         return self.restarted
 
     async def install(self, fault) -> None:
@@ -308,8 +308,8 @@ class Lab:
 
         Args:
             fault: a :class:`agentlab.faults.Fault` or its name.
-            durability: LangGraph durability; default ``"sync"`` when the fault resumes from a
-                checkpoint, else ``"exit"``.
+            durability: LangGraph durability; default ``"sync"`` when the fault may resume the graph
+                from a checkpoint, else ``"exit"``.
             check: run the invariant checker (else ``violations`` is empty).
         """
         from agentlab.faults import get_fault
@@ -323,7 +323,7 @@ class Lab:
             scenario = rng.choice(fault.scenarios)
         base = get_scenario(scenario) if isinstance(scenario, str) else scenario
         sc = fault.prepare(base.clean(), rng)
-        durability = durability or ("sync" if fault.resumes else "exit")
+        durability = durability or ("sync" if fault.resumes_graph(sg) else "exit")
         h, process = self.harness, self.process
         t0 = time.perf_counter()
         thread_id = f"{fault.name}-{sg.name}-{uuid.uuid4().hex[:12]}"

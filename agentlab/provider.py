@@ -134,7 +134,8 @@ class FakePaymentProvider:
         self._faults.extend([(kind, match)] * times)
 
     def clear_faults(self, *, customer_id: int | None = None, reference: str | None = None) -> int:
-        """Forget injected failures not used yet (those for ``customer_id`` / ``reference`` when given); return how many."""
+        """Forget injected failures not used yet (only those for ``customer_id`` / ``reference`` when given);
+        return how many were forgotten."""
         match = (customer_ref(customer_id) if customer_id is not None else None, reference)
         keep = deque(f for f in self._faults if (customer_id is not None or reference is not None) and f[1] != match)
         dropped, self._faults = len(self._faults) - len(keep), keep

@@ -13,7 +13,7 @@ from agentlab.errors import NOT_APPLIED_TEMPLATE, BATCH_ROLLED_BACK
 from agentlab.harness import Episode
 from agentlab.invariants import KINDS, CustomerRecords, check_episode, check_state, count_by_kind
 from agentlab.safeguards import preset
-from agentlab.scenarios import C, CustomerSpec, get_scenario
+from agentlab.scenarios import CustomerSpec, get_scenario
 from conftest import fetch
 
 REFUND = get_scenario("refund").clean()  # memo RMA-1042, deduct 2500 of 5000, refund RMA-1042
