@@ -99,6 +99,8 @@ EARLIER_CALL_FAILED = "an earlier call in this batch failed and aborted the tran
 INFRA_UNAVAILABLE = "the database was temporarily unavailable; nothing in this batch was applied."
 ORPHANED_CALL = "this call was interrupted before it finished and no result was recorded."
 DUPLICATE_CALL_ID = "this tool call id appears more than once in the batch; send each call with its own id."
+INVALID_CALL_ID = "this tool call id holds characters that cannot be stored; send each call with a plain id."
+UNSTORABLE_TEXT = "a text argument holds a character that cannot be stored (such as a NUL byte); remove it."
 REJECTED_BY_REVIEWER = "a reviewer rejected this call; it was not applied. Do not send it again."
 
 CHECK_HINTS = {
@@ -171,9 +173,9 @@ RULES: tuple[Rule, ...] = (
     Rule("42883", Category.INVALID_ARGUMENTS, False, "an argument has the wrong type; check every argument's type."),
     Rule("42804", Category.INVALID_ARGUMENTS, False, "an argument has the wrong type; check every argument's type."),
     Rule("42501", Category.NOT_FOUND, False, "no such record was found; check the ids."),  # privilege / row security
-    # a value psycopg cannot send (a NUL byte in text): refused on the client, no SQLSTATE
-    Rule(psycopg.DataError, Category.INVALID_ARGUMENTS, False,
-         "a text argument holds a character that cannot be stored (such as a NUL byte); remove it."),
+    # a value psycopg cannot send (a NUL byte, a lone surrogate): refused on the client, no SQLSTATE
+    Rule(psycopg.DataError, Category.INVALID_ARGUMENTS, False, UNSTORABLE_TEXT),
+    Rule(UnicodeError, Category.INVALID_ARGUMENTS, False, UNSTORABLE_TEXT),
     # client-side infrastructure: lost connections, pool exhaustion, OS-level timeouts
     Rule(psycopg.OperationalError, Category.TRANSIENT, True, INFRA_UNAVAILABLE),
     Rule(psycopg.InterfaceError, Category.TRANSIENT, True, INFRA_UNAVAILABLE),

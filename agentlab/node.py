@@ -46,7 +46,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
 from agentlab.errors import (
-    BATCH_ROLLED_BACK, DUPLICATE_CALL_ID, FAILED_TEMPLATE, NOT_APPLIED_TEMPLATE, Category, Translation, translate,
+    BATCH_ROLLED_BACK, DUPLICATE_CALL_ID, FAILED_TEMPLATE, INVALID_CALL_ID, NOT_APPLIED_TEMPLATE, Category,
+    Translation, translate,
 )
 from agentlab.events import EventLog
 from agentlab.safeguards import Policy, Safeguards
@@ -196,15 +197,18 @@ class TransactionalToolsNode:
             try:
                 if ids.count(call_id) > 1 or not call_id:
                     raise _Duplicate()
+                if not _storable(call_id):  # the ledger key holds the id: a NUL or lone surrogate cannot be stored
+                    raise _Duplicate(INVALID_CALL_ID)
                 call.spec = get_tool(c.get("name"))
                 if sg.validation:
                     call.args = call.spec.validate(call.raw_args)
                 else:
                     call.args = call.raw_args if isinstance(call.raw_args, Mapping) else {}
-            except _Duplicate:
+            except _Duplicate as exc:
                 failed[call.index] = CallResult(
                     call.index, call_id, call.name, Outcome.FAILED,
-                    FAILED_TEMPLATE.format(category=Category.INVALID_ARGUMENTS.value, reason=DUPLICATE_CALL_ID),
+                    FAILED_TEMPLATE.format(category=Category.INVALID_ARGUMENTS.value,
+                                           reason=exc.args[0] if exc.args else DUPLICATE_CALL_ID),
                     Category.INVALID_ARGUMENTS.value,
                 )
             except Exception as exc:
@@ -441,3 +445,12 @@ class TransactionalToolsNode:
 
 class _Duplicate(Exception):
     pass
+
+
+def _storable(text: str) -> bool:
+    """Whether PostgreSQL can store ``text`` (no NUL byte, valid UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text

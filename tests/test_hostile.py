@@ -39,7 +39,7 @@ HOSTILE_TEXT = [
     "42", "1e3", "3.5", "-5", "7'", "12'", "' OR 1=1 --", "1; DROP TABLE customers; --", "$1", "%s", "%(x)s", "{}",
     "\x00", "nul\x00byte", "💸💸", "ʻOkina ñ 中文", "\u202eevil", "2026-02-30", "03/01/2026", "2026-03-01", "NaN",
     "Infinity", "RMA-1042", "a" * 300, "tenant_id", "customers_credit_nonnegative", "postgresql://u:secret@db:5432/x",
-    "SELECT * FROM pg_shadow", "\\", "\"", "'", "true", "null",
+    "SELECT * FROM pg_shadow", "\\", "\"", "'", "true", "null", "lone \ud800 surrogate",
 ]
 HOSTILE_KEYS = ["amout_cents", "tenant_id", "id", "customer", "customerId", "amount", "__proto__", "'; --",
                 "credit_cents", "", "💸"]
@@ -111,7 +111,8 @@ def batches(customer_ids: list[int]):
     """Half the batches clean (unique ids, well-formed calls: they run SQL), half hostile (odd, missing and
     duplicated ids, unknown tools, hostile arguments)."""
     # strategies are built once: hypothesis is slow to build them inside a draw
-    call_id = st.one_of(st.sampled_from(["c1", "c2", "c3", "", None, "c1 ", "💸", "'"]), st.text(max_size=8))
+    call_id = st.one_of(st.sampled_from(["c1", "c2", "c3", "", None, "c1 ", "💸", "'", "c\x00", "c\ud800", 7]),
+                        st.text(max_size=8))
     clean_call = plausible(customer_ids, hostile=False)
     hostile_call = st.one_of(plausible(customer_ids), plausible(customer_ids), junk())
     sizes, modes, coin = st.integers(1, 5), st.integers(0, 3), st.booleans()
@@ -194,3 +195,18 @@ def test_hostile_batches_through_the_full_node():
                 runner.run(h.close())
     finally:
         db.drop_database(url)
+
+
+async def test_a_call_id_postgres_cannot_store_is_refused_not_raised(harness):
+    """Found by the test above: a NUL byte or a lone surrogate in a tool call id made the batch's ledger
+    look-up raise, so no call was answered. Such an id is now refused before any SQL, like a duplicate."""
+    node = harness.node(preset("full"))
+    for bad in ("a\x00b", "\ud800"):
+        calls = [{"name": "LookupCustomer", "args": {"customer_id": 1}, "id": bad, "type": "tool_call"},
+                 {"name": "ApplyCredit", "args": {"customer_id": 1, "amount_cents": 100}, "id": "ok", "type": "tool_call"}]
+        result = await node.run_batch(calls, thread_id="t-bad-id")
+        assert [r.outcome for r in result.results] == [Outcome.FAILED, Outcome.NOT_APPLIED]
+        assert "cannot be stored" in result.results[0].content
+    async with harness.pool.connection() as conn:
+        credit = (await (await conn.execute("SELECT credit_cents FROM customers WHERE id = 1")).fetchone())[0]
+    assert credit == 5000
