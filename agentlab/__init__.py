@@ -3,6 +3,8 @@
 The public names are re-exported here; ``tests/test_public_api.py`` keeps ``__all__`` in step.
 """
 
+import logging as _logging
+
 from agentlab.db import DatabaseUnavailable, create_database, drop_database, server_url
 from agentlab.errors import (
     AgentlabError, Category, NotFound, ToolError, UnknownTool, find_leaks, is_infrastructure, translate,
@@ -17,6 +19,8 @@ from agentlab.provider import Clock, FakePaymentProvider, IdempotencyConflict, P
 from agentlab.safeguards import PRESET_NOTES, PRESETS, Policy, Safeguards, preset
 from agentlab.scenarios import SCENARIOS, C, CustomerSpec, Intended, PlannedCall, Scenario, get_scenario
 from agentlab.tools import TOOLS, ToolSpec, get_tool, tool_schemas
+
+_logging.getLogger("agentlab").addHandler(_logging.NullHandler())
 
 __all__ = [
     "AgentState", "AgentlabError", "BatchResult", "C", "CallResult", "Category", "Clock", "CustomerSpec",

@@ -40,7 +40,7 @@ class EventLog:
             raise TypeError(f"unknown event fields: {sorted(unknown)}")
         fields.setdefault("attempt", 1)
         row = {**fields, "node": node, "outcome": outcome}
-        level = logging.WARNING if row.get("error_class") else logging.INFO
+        level = logging.WARNING if outcome == "infrastructure_error" else logging.INFO
         log.log(level, "event %s", {k: v for k, v in row.items() if v is not None}, extra={"agentlab_event": row})
         self._buffer.append(tuple(row.get(c) for c in EVENT_COLUMNS))
 

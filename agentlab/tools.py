@@ -29,6 +29,8 @@ tenant of a written row is taken from the customer row in the database, never fr
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -357,9 +359,17 @@ def get_tool(name: Any) -> ToolSpec:
     return spec
 
 
-def tool_schemas() -> list[type[BaseModel]]:
-    """The argument models to pass to ``bind_tools`` (LangChain reads name and description from them)."""
-    return [spec.args_model for spec in TOOLS.values()]
+def tool_schemas() -> list[dict]:
+    """The tools in OpenAI function format for ``bind_tools``, converted once from the argument models
+    (LangChain reads each name and description from its model). A list of new dicts per call."""
+    return copy.deepcopy(_openai_schemas(tuple(TOOLS)))
+
+
+@functools.lru_cache(maxsize=8)
+def _openai_schemas(names: tuple[str, ...]) -> list[dict]:
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    return [convert_to_openai_tool(TOOLS[n].args_model) for n in names]
 
 
 def result_content(result: dict) -> str:
