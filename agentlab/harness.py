@@ -131,6 +131,16 @@ class Harness:
         async with self.pool.connection() as conn:
             return await create_customers(conn, scenario.customers, safeguards.schema)
 
+    async def df(self, query: str, params: Any = ()):
+        """Rows of ``query`` on this database as a pandas DataFrame (for notebooks and reports)."""
+        import pandas as pd
+
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(query, params)
+            rows = await cur.fetchall()
+            columns = [d.name for d in cur.description] if cur.description else []
+        return pd.DataFrame(rows, columns=columns)
+
     # ------------------------------------------------------------------ episodes
 
     async def run_episode(self, scenario: Scenario | str, safeguards: Safeguards | str = "full", *, seed: int = 0,

@@ -38,13 +38,16 @@ async def open_notebook(name: str, *, keep: bool = False) -> Harness:
     The database is dropped when the kernel exits unless ``keep``; running the notebook again gives
     another fresh one. Raises :class:`agentlab.db.DatabaseUnavailable` with one actionable line.
     """
+    import pandas as pd
+
     logging.getLogger("agentlab.events").setLevel(logging.ERROR)
     use_projector_style()
+    pd.set_option("display.max_colwidth", 90)
+    pd.set_option("display.width", 160)
     h = await Harness.open(purpose=f"nb{name}", keep=True)
     if not keep:
         atexit.register(_drop_quietly, h.url)
-    server = "DATABASE_URL" if not db.server().embedded else "the embedded PostgreSQL"
-    print(f"notebook {name}: a fresh database on {server} is ready")
+    print(f"notebook {name}: a fresh database is ready")
     return h
 
 
