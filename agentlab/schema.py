@@ -38,7 +38,8 @@ TENANT_SETTING = "agentlab.tenant_id"  # custom setting the row-level security p
 
 # Roles are cluster-wide and several databases (and servers) may migrate at once: create the role only
 # when missing and treat "already exists" from a concurrent CREATE ROLE as success. A connecting user
-# that is not a superuser (it needs CREATEROLE then) is made a member so that it can SET ROLE to it.
+# that is not a superuser (it needs CREATEROLE then) is made a member so that it can SET ROLE to it;
+# on PostgreSQL 16+ it can do that only for a role it created itself, else a superuser must grant it.
 ENSURE_ROLE = """
 DO $$
 BEGIN
@@ -51,11 +52,18 @@ END
 $$;
 DO $$
 BEGIN
-    IF NOT pg_has_role(current_user, '{role}', 'MEMBER') THEN
+    -- PostgreSQL 16+ gives a role's creator ADMIN only; SET ROLE needs the SET option
+    IF NOT pg_has_role(current_user, '{role}',
+                       CASE WHEN current_setting('server_version_num')::int >= 160000 THEN 'SET' ELSE 'MEMBER' END) THEN
         EXECUTE format('GRANT {role} TO %I', current_user);
     END IF;
-EXCEPTION WHEN duplicate_object OR unique_violation THEN
-    NULL;
+EXCEPTION
+    WHEN duplicate_object OR unique_violation THEN
+        NULL;
+    WHEN insufficient_privilege THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('the connecting role %I cannot SET ROLE {role}', current_user),
+            HINT = format('as a superuser run: GRANT {role} TO %I', current_user);
 END
 $$;
 """
