@@ -52,7 +52,8 @@ class Safeguards:
         if self.isolation and not (self.constraints and self.transaction):
             raise ValueError(
                 "isolation needs constraints=True (row-level security lives on the strict tables, not the lax "
-                "copy) and transaction=True (the role and the tenant are set locally in the batch transaction)"
+                "copy) and transaction=True (the role and the tenant are set locally in the batch transaction); "
+                "or pass isolation=False"
             )
         if self.max_rollbacks < 1:
             raise ValueError("max_rollbacks must be at least 1")

@@ -48,11 +48,27 @@ from agentlab.errors import AgentlabError
 from agentlab.schema import AGENT_ROLE, TENANT_SETTING
 
 __all__ = [
-    "AGENT_ROLE", "TENANT_SETTING", "AgentProbe", "CrossTenantEffect", "TenantRequired", "agent_privileges",
-    "compare_isolation", "create_foreign_customer", "cross_tenant_effects", "foreign_tenant",
+    "AGENT_ROLE", "FORBIDDEN_STATEMENTS", "TENANT_SETTING", "AgentProbe", "CrossTenantEffect", "TenantRequired",
+    "agent_privileges", "compare_isolation", "create_foreign_customer", "cross_tenant_effects", "foreign_tenant",
     "isolation_prelude", "named_customer_ids", "require_tenant", "try_as_agent", "with_foreign_customer",
 ]
 
+# What the agent role must be refused (SQLSTATE 42501), for a lesson: loop over them with try_as_agent.
+FORBIDDEN_STATEMENTS = (
+    "DROP TABLE customers",
+    "TRUNCATE invoices",
+    "ALTER TABLE customers ADD COLUMN note text",
+    "ALTER TABLE customers DISABLE ROW LEVEL SECURITY",
+    "CREATE TABLE public.scratch (id int)",
+    "DELETE FROM customers WHERE id = 1",
+    "UPDATE customers SET tenant_id = 'globex' WHERE id = 1",
+    "SELECT * FROM provider.payments",
+    "SELECT * FROM checkpoints",
+    "SELECT * FROM events",
+    "SELECT payload FROM outbox",
+    "DELETE FROM tool_executions",
+    "SELECT * FROM lax.customers",
+)
 OTHER_TENANTS = ("globex", "initech", "umbrella")  # seed tenants other than the demo scenarios' "acme"
 FOREIGN_CUSTOMER_NAME = "Globex Holdings"
 
@@ -60,6 +76,7 @@ SET_AGENT_ROLE = "set_config('role', %s, true)"
 SET_TENANT = f"set_config('{TENANT_SETTING}', %s, true)"
 INSERT_CUSTOMER = "INSERT INTO {schema}.customers (tenant_id, name, credit_cents) VALUES (%s, %s, %s) RETURNING id"
 CUSTOMER_TENANTS = "SELECT id, tenant_id, credit_cents FROM {schema}.customers WHERE id = ANY(%(ids)s)"
+SINCE = "(%(since)s::timestamptz IS NULL OR t.created_at >= %(since)s::timestamptz)"
 EFFECT_COUNTS = """
 SELECT c.id, c.tenant_id, c.credit_cents,
        (SELECT count(*) FROM {schema}.invoices t WHERE t.customer_id = c.id AND {since}),
@@ -70,8 +87,7 @@ SELECT c.id, c.tenant_id, c.credit_cents,
 FROM {schema}.customers c
 WHERE c.id = ANY(%(ids)s) AND c.tenant_id <> %(tenant)s
 ORDER BY c.id
-"""
-SINCE = "(%(since)s::timestamptz IS NULL OR t.created_at >= %(since)s::timestamptz)"
+""".replace("{since}", SINCE)
 RELATIONS = """
 SELECT n.nspname, c.relname, c.relrowsecurity,
        has_table_privilege(%(role)s, c.oid, 'SELECT'), has_any_column_privilege(%(role)s, c.oid, 'SELECT'),
@@ -232,7 +248,7 @@ async def cross_tenant_effects(conn, schema: str, tenant_id: str, customer_ids: 
     from agentlab.tools import TOOLS
 
     ids = set(customer_ids) | (named_customer_ids(messages) if messages else set())
-    query = sql.SQL(EFFECT_COUNTS.replace("{since}", SINCE)).format(schema=sql.Identifier(schema))
+    query = sql.SQL(EFFECT_COUNTS).format(schema=sql.Identifier(schema))
     cur = await conn.execute(query, {"ids": sorted(ids), "tenant": tenant_id, "since": since})
     effects: list[CrossTenantEffect] = []
     foreign: dict[int, str] = {}
@@ -357,7 +373,8 @@ async def compare_isolation(presets: Sequence[str] = ("ledger", "full"), scenari
                                for tc in m.tool_calls
                                if tc["args"].get("customer_id") == foreign_id and tc["id"] in replies]
             rows.append({
-                "preset": name, "isolation": sg.isolation, "foreign_reply": foreign_replies[-1] if foreign_replies else None,
+                "preset": name, "isolation": sg.isolation,
+                "foreign_reply": foreign_replies[-1] if foreign_replies else None,
                 "cross_tenant_effects": len(effects), "effect_kinds": sorted({e.kind for e in effects}),
                 "own_final_credit_cents": credit.get(ep.customer_ids[0]),
                 "own_intended_credit_cents": sc.intended.final_credit_cents[0],

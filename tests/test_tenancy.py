@@ -22,8 +22,8 @@ from agentlab.safeguards import PRESETS, Safeguards, preset
 from agentlab.scenarios import get_scenario
 from agentlab.schema import AGENT_ROLE, ENSURE_ROLE, TENANT_SETTING
 from agentlab.tenancy import (
-    TenantRequired, agent_privileges, compare_isolation, create_foreign_customer, cross_tenant_effects,
-    try_as_agent, with_foreign_customer,
+    FORBIDDEN_STATEMENTS, TenantRequired, agent_privileges, compare_isolation, create_foreign_customer,
+    cross_tenant_effects, try_as_agent, with_foreign_customer,
 )
 from agentlab.tools import TOOLS
 from conftest import fetch, scalar
@@ -176,30 +176,18 @@ async def test_a_write_refused_by_a_policy_is_42501_and_reads_as_not_found(harne
 # --------------------------------------------------------------------------- what the role may do
 
 REFUSED = [
-    "DROP TABLE customers",
+    *FORBIDDEN_STATEMENTS,
     "DROP TABLE tool_executions",
-    "TRUNCATE invoices",
     "TRUNCATE outbox",
-    "ALTER TABLE customers ADD COLUMN note text",
-    "ALTER TABLE customers DISABLE ROW LEVEL SECURITY",
     "DROP POLICY customers_tenant ON customers",
-    "CREATE TABLE public.scratch (id int)",
     "CREATE INDEX ON customers (name)",
-    "DELETE FROM customers WHERE id = 1",
-    "UPDATE customers SET tenant_id = 'globex' WHERE id = 1",
     "INSERT INTO customers (tenant_id, name) VALUES ('acme', 'x')",
-    "SELECT * FROM provider.payments",
     "SELECT * FROM provider.idempotency_keys",
-    "SELECT * FROM checkpoints",
     "SELECT * FROM checkpoint_writes",
-    "SELECT * FROM events",
     "INSERT INTO events (node, outcome) VALUES ('tools', 'applied')",
-    "SELECT payload FROM outbox",
     "UPDATE outbox SET status = 'dispatched'",
     "DELETE FROM outbox",
     "UPDATE tool_executions SET result = '{}'",
-    "DELETE FROM tool_executions",
-    "SELECT * FROM lax.customers",
     "SELECT * FROM schema_migrations",
     f"CREATE ROLE agentlab_probe_{secrets.token_hex(3)}",
 ]
@@ -254,7 +242,8 @@ async def test_role_is_created_race_safely_by_concurrent_migrations(database_url
         await a.execute(ddl)  # creates the role; not committed yet
         second = asyncio.create_task(b.execute(ddl))  # must wait on the first one's row
         for _ in range(200):
-            cur = await watcher.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (b.info.backend_pid,))
+            cur = await watcher.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                                        (b.info.backend_pid,))
             if (await cur.fetchone())[0] == "Lock":
                 break
             await asyncio.sleep(0.01)
@@ -265,7 +254,8 @@ async def test_role_is_created_race_safely_by_concurrent_migrations(database_url
         await b.commit()
         await b.execute(ddl)  # and a later run finds the role and does nothing
         await b.commit()
-        cur = await watcher.execute("SELECT count(*), bool_and(NOT rolcanlogin) FROM pg_roles WHERE rolname = %s", (role,))
+        cur = await watcher.execute("SELECT count(*), bool_and(NOT rolcanlogin) FROM pg_roles WHERE rolname = %s",
+                                    (role,))
         assert await cur.fetchone() == (1, True)
     finally:
         for conn in (a, b):
