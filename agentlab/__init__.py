@@ -18,6 +18,10 @@ from agentlab.outbox import DrainStats, OutboxWorker, outbox_counts
 from agentlab.provider import Clock, FakePaymentProvider, IdempotencyConflict, ProviderTimeout, ProviderUnavailable
 from agentlab.safeguards import PRESET_NOTES, PRESETS, Policy, Safeguards, preset
 from agentlab.scenarios import SCENARIOS, C, CustomerSpec, Intended, PlannedCall, Scenario, get_scenario
+from agentlab.tenancy import (
+    AGENT_ROLE, AgentProbe, CrossTenantEffect, TenantRequired, agent_privileges, compare_isolation,
+    create_foreign_customer, cross_tenant_effects, try_as_agent, with_foreign_customer,
+)
 from agentlab.tools import TOOLS, ToolSpec, get_tool, tool_schemas
 
 _logging.getLogger("agentlab").addHandler(_logging.NullHandler())
@@ -31,4 +35,7 @@ __all__ = [
     "build_graph", "create_database", "drop_database", "find_leaks", "get_scenario", "get_tool",
     "idempotency_key", "is_infrastructure", "load_model", "outbox_counts", "preset", "repair_orphans",
     "retry_policy", "run_config", "server_url", "tool_schemas", "translate", "unanswered_tool_calls",
+    # tenant isolation (agentlab.tenancy)
+    "AGENT_ROLE", "AgentProbe", "CrossTenantEffect", "TenantRequired", "agent_privileges", "compare_isolation",
+    "create_foreign_customer", "cross_tenant_effects", "try_as_agent", "with_foreign_customer",
 ]

@@ -213,6 +213,8 @@ def _pydantic_reason(exc: Any, allowed: tuple[str, ...]) -> str:
         )
         if kind == "extra_forbidden":
             name = loc if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,40}", loc or "") else None
+            if name and find_leaks(name):  # e.g. a ``tenant_id`` key: do not echo an internal name back
+                name = None
             what = f"'{name}' is not an argument of this tool" if name else "an unknown argument was sent"
             parts.append(f"{what} (allowed: {', '.join(allowed)})" if allowed else what)
             continue

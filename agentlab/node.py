@@ -5,7 +5,9 @@ Under the ``full`` preset a batch (the tool calls of one ``AIMessage``) runs lik
 1. every call is validated first (unknown tool, duplicate id, argument model); under the atomic
    policy one invalid call means no SQL is sent at all;
 2. one short transaction, opened now and committed before control returns to the model:
-   ``pg_advisory_xact_lock`` on the thread, ``statement_timeout`` / ``lock_timeout`` set locally;
+   ``pg_advisory_xact_lock`` on the thread, ``statement_timeout`` / ``lock_timeout`` set locally, and
+   the least-privilege agent role and the thread's tenant (from the graph config) set locally, so
+   row-level security shows the tools only that tenant's rows (:mod:`agentlab.tenancy`);
 3. one ledger look-up for the whole batch: a call whose idempotency key ``thread_id:tool_call_id``
    is stored returns the stored result instead of running again (node retry, resume after a crash);
 4. per call a SAVEPOINT (psycopg's nested ``conn.transaction()``) holding the call's SQL and its
@@ -51,6 +53,7 @@ from agentlab.errors import (
 from agentlab.events import EventLog
 from agentlab.safeguards import Policy, Safeguards
 from agentlab.schema import STRICT_SCHEMA
+from agentlab.tenancy import isolation_prelude, require_tenant
 from agentlab.tools import ToolContext, ToolSpec, get_tool, result_content
 
 LEDGER_LOOKUP = "SELECT idempotency_key, result FROM tool_executions WHERE idempotency_key = ANY(%s)"
@@ -214,8 +217,11 @@ class TransactionalToolsNode:
         return calls, failed
 
     def _prelude(self, thread_id: str, tenant_id: str | None) -> tuple[str, list[Any]] | None:
-        """One SELECT that sets the batch's local settings and takes the thread's advisory lock."""
+        """One SELECT that sets the batch's local settings and takes the thread's advisory lock; under
+        isolation it first switches to the agent role and the thread's tenant (:mod:`agentlab.tenancy`)."""
         sg, parts, params = self.safeguards, [], []
+        if sg.isolation:
+            parts, params = isolation_prelude(tenant_id)
         if sg.schema != STRICT_SCHEMA:
             parts.append("set_config('search_path', %s, true)")
             params.append(f"{sg.schema}, public")
@@ -238,8 +244,11 @@ class TransactionalToolsNode:
         Raises:
             Exception: an infrastructure error (see :func:`agentlab.errors.is_infrastructure`) unless
                 ``final_attempt``; the batch is then rolled back and the graph retries the node.
+            agentlab.tenancy.TenantRequired: isolation is on and ``tenant_id`` is missing (before any SQL).
         """
         sg = self.safeguards
+        if sg.isolation:
+            require_tenant(tenant_id)
         calls, results = self._prepare(tool_calls)
         runnable = [c for c in calls if c.index not in results]
         rolled_back = False

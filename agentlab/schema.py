@@ -9,6 +9,13 @@ same columns with NOT NULL only (``CREATE TABLE ... (LIKE ... INCLUDING DEFAULTS
 one with ``search_path``. Both share the id sequences, so an id names one row across both.
 The ledger, the outbox and the events table live in ``public`` only; the fake payment provider keeps
 its records in its own schema ``provider``.
+
+Least privilege and tenant isolation (migration 4, see :mod:`agentlab.tenancy`): a cluster-wide
+``NOLOGIN`` role :data:`AGENT_ROLE` holds only what the tools need in ``public`` (read the business
+tables, insert invoices / credit memos / refunds, update a customer's credit, insert and read the
+ledger, insert into the outbox); row-level security on the four business tables in ``public`` shows
+that role only the rows of the tenant in the setting :data:`TENANT_SETTING`. The ``lax`` copy gets
+neither: isolation needs ``constraints=True``.
 """
 
 from __future__ import annotations
@@ -26,6 +33,42 @@ SEED_CUSTOMERS_CSV = DATA_DIR / "customers.csv"
 STRICT_SCHEMA = "public"
 LAX_SCHEMA = "lax"
 BUSINESS_TABLES = ("customers", "invoices", "credit_memos", "refunds")
+AGENT_ROLE = "agentlab_agent"  # cluster-wide; the tools node runs tool SQL as this role under isolation
+TENANT_SETTING = "agentlab.tenant_id"  # custom setting the row-level security policies read
+
+# Roles are cluster-wide and several databases (and servers) may migrate at once: create the role only
+# when missing and treat "already exists" from a concurrent CREATE ROLE as success. A connecting user
+# that is not a superuser (it needs CREATEROLE then) is made a member so that it can SET ROLE to it;
+# on PostgreSQL 16+ it can do that only for a role it created itself, else a superuser must grant it.
+ENSURE_ROLE = """
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN
+        CREATE ROLE {role} NOLOGIN;
+    END IF;
+EXCEPTION WHEN duplicate_object OR unique_violation THEN
+    NULL;  -- created concurrently by another database's migration
+END
+$$;
+DO $$
+BEGIN
+    -- PostgreSQL 16+ gives a role's creator ADMIN only; SET ROLE needs the SET option
+    IF NOT pg_has_role(current_user, '{role}',
+                       CASE WHEN current_setting('server_version_num')::int >= 160000 THEN 'SET' ELSE 'MEMBER' END) THEN
+        EXECUTE format('GRANT {role} TO %I', current_user);
+    END IF;
+EXCEPTION
+    WHEN duplicate_object OR unique_violation THEN
+        NULL;
+    WHEN insufficient_privilege THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = format('the connecting role %I cannot SET ROLE {role}', current_user),
+            HINT = format('as a superuser run: GRANT {role} TO %I', current_user);
+END
+$$;
+"""
+# Visible to the agent role: rows of the tenant named by the setting (no setting, no rows).
+TENANT_PREDICATE = f"tenant_id = nullif(current_setting('{TENANT_SETTING}', true), '')"
 
 CREATE_MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -174,6 +217,40 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX lax_invoices_customer ON lax.invoices (customer_id);
         CREATE INDEX lax_credit_memos_customer ON lax.credit_memos (customer_id);
         CREATE INDEX lax_refunds_customer ON lax.refunds (customer_id);
+        """,
+    ),
+    (
+        "least-privilege agent role and row-level security by tenant on the business tables",
+        ENSURE_ROLE.format(role=AGENT_ROLE)
+        + f"""
+        REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+        GRANT USAGE ON SCHEMA public TO {AGENT_ROLE};
+        GRANT SELECT ON public.customers, public.invoices, public.credit_memos, public.refunds TO {AGENT_ROLE};
+        GRANT UPDATE (credit_cents) ON public.customers TO {AGENT_ROLE};
+        GRANT INSERT ON public.invoices, public.credit_memos, public.refunds TO {AGENT_ROLE};
+        GRANT USAGE ON SEQUENCE public.invoices_id_seq, public.credit_memos_id_seq, public.refunds_id_seq
+            TO {AGENT_ROLE};
+        GRANT SELECT, INSERT ON public.tool_executions TO {AGENT_ROLE};
+        GRANT INSERT ON public.outbox TO {AGENT_ROLE};
+        GRANT SELECT (id, dedupe_key) ON public.outbox TO {AGENT_ROLE};  -- RETURNING id, ON CONFLICT (dedupe_key)
+
+        ALTER TABLE public.customers ENABLE ROW LEVEL SECURITY;
+        ALTER TABLE public.invoices ENABLE ROW LEVEL SECURITY;
+        ALTER TABLE public.credit_memos ENABLE ROW LEVEL SECURITY;
+        ALTER TABLE public.refunds ENABLE ROW LEVEL SECURITY;
+        CREATE POLICY customers_tenant ON public.customers TO {AGENT_ROLE}
+            USING ({TENANT_PREDICATE}) WITH CHECK ({TENANT_PREDICATE});
+        CREATE POLICY invoices_tenant ON public.invoices TO {AGENT_ROLE}
+            USING ({TENANT_PREDICATE}) WITH CHECK ({TENANT_PREDICATE});
+        CREATE POLICY refunds_tenant ON public.refunds TO {AGENT_ROLE}
+            USING ({TENANT_PREDICATE}) WITH CHECK ({TENANT_PREDICATE});
+        -- a memo may name only an invoice the tenant can see: the foreign key check runs as the table
+        -- owner (no row security), so without this a memo could point at another tenant's invoice and
+        -- its success or failure would tell whether that invoice exists
+        CREATE POLICY credit_memos_tenant ON public.credit_memos TO {AGENT_ROLE}
+            USING ({TENANT_PREDICATE})
+            WITH CHECK ({TENANT_PREDICATE} AND (credit_memos.invoice_id IS NULL OR EXISTS (
+                SELECT 1 FROM public.invoices i WHERE i.id = credit_memos.invoice_id)));
         """,
     ),
 ]

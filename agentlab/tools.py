@@ -24,7 +24,9 @@ an unknown key (``amout_cents``)       rejected (``extra="forbid"``), and the mi
 
 Handlers take the caller's connection and never commit: the node owns the transaction. They use
 unqualified table names, so the node's ``search_path`` picks the strict or the lax schema. The
-tenant of a written row is taken from the customer row in the database, never from the model.
+tenant of a written row is taken from the customer row in the database, never from the model. Under
+tenant isolation (:mod:`agentlab.tenancy`) another tenant's customer is invisible to that SQL, so a
+call naming it gets the same "no customer has this id" as an id that does not exist.
 """
 
 from __future__ import annotations
