@@ -89,7 +89,7 @@ async def test_c13_a_secret_in_an_error_reaches_the_log_not_the_model(harness, m
     node = harness.node(preset("full"))
     with caplog.at_level(logging.INFO, logger="agentlab.events"):
         batch = await node.run_batch([{"name": "LookupCustomer", "args": {"customer_id": 7}, "id": "call_secret",
-                                       "type": "tool_call"}], thread_id="t-c13")
+                                       "type": "tool_call"}], thread_id="t-c13", tenant_id="acme")
     await harness.events.flush()
     (result,) = batch.results
     assert result.outcome is Outcome.FAILED

@@ -24,11 +24,11 @@ BATCH = [
 ]
 
 
-async def run(h, node, script, thread_id):
+async def run(h, node, script, thread_id, tenant_id="globex"):
     from agentlab.graph import build_graph
 
     graph = build_graph(ScriptedChatModel(script=script, seed=1), node, checkpointer=h.saver)
-    state = await graph.ainvoke({"messages": [HumanMessage("go")]}, run_config(thread_id))
+    state = await graph.ainvoke({"messages": [HumanMessage("go")]}, run_config(thread_id, tenant_id=tenant_id))
     return state
 
 
@@ -90,7 +90,7 @@ async def test_constraint_violation_is_not_retried_by_the_graph(harness):
     attempts = []
     node.hooks.before_call.append(lambda call, index: attempts.append(call.name))
     over = [PlannedCall("ApplyCredit", {"customer_id": 5, "amount_cents": 999_999})]
-    state = await run(harness, node, [over], "t-no-retry")
+    state = await run(harness, node, [over], "t-no-retry", tenant_id="initech")
     assert attempts == ["ApplyCredit"]  # ran once: a CHECK violation is told to the model, not retried
     assert state["rollbacks_total"] == 1 and not state.get("escalated")
     assert await scalar(harness, "SELECT credit_cents FROM customers WHERE id = 5") == 2500
@@ -101,7 +101,7 @@ async def test_escalation_after_three_consecutive_rolled_back_batches(harness):
     async with await psycopg.AsyncConnection.connect(harness.url) as holder:  # a real second session
         await holder.execute("SELECT * FROM customers WHERE id = 5 FOR UPDATE")
         state = await run(harness, node, [[PlannedCall("ApplyCredit", {"customer_id": 5, "amount_cents": 100})]],
-                          "t-escalate")
+                          "t-escalate", tenant_id="initech")
         await holder.rollback()
     assert state["escalated"] is True and state["rollbacks"] == 3
     assert "3 consecutive batches were rolled back" in state["escalation_reason"]
@@ -148,7 +148,7 @@ async def test_c10_killed_connection_leaves_no_partial_batch_and_a_healthy_pool(
     node.hooks.before_call.append(kill_on_second_call)
     calls = [{"name": c.tool, "args": c.args, "id": f"call_{i}", "type": "tool_call"} for i, c in enumerate(BATCH)]
     with pytest.raises(psycopg.OperationalError):
-        await node.run_batch(calls, thread_id="t-c10")
+        await node.run_batch(calls, thread_id="t-c10", tenant_id="globex")
     assert await scalar(harness, "SELECT count(*) FROM invoices WHERE customer_id = 3") == 0
     assert await scalar(harness, "SELECT count(*) FROM tool_executions") == 0
     await harness.events.flush()
@@ -164,7 +164,7 @@ async def test_c10_a_loss_during_commit_is_resolved_from_the_ledger(harness):
     node = harness.node(preset("full"))
     node.hooks.after_commit.append(_lose_commit_answer)
     calls = [{"name": c.tool, "args": c.args, "id": f"call_{i}", "type": "tool_call"} for i, c in enumerate(BATCH)]
-    batch = await node.run_batch(calls, thread_id="t-c10b", final_attempt=True)
+    batch = await node.run_batch(calls, thread_id="t-c10b", tenant_id="globex", final_attempt=True)
     # the COMMIT landed; its answer was lost: the ledger tells, the calls are not applied again
     assert [r.outcome for r in batch.results] == [Outcome.REPLAYED] * 3
     assert not batch.rolled_back
@@ -184,7 +184,7 @@ async def test_last_attempt_answers_not_applied_when_nothing_committed(harness):
 
     node.hooks.before_call.append(kill)
     calls = [{"name": c.tool, "args": c.args, "id": f"call_{i}", "type": "tool_call"} for i, c in enumerate(BATCH)]
-    batch = await node.run_batch(calls, thread_id="t-last", final_attempt=True)
+    batch = await node.run_batch(calls, thread_id="t-last", tenant_id="globex", final_attempt=True)
     assert [r.outcome for r in batch.results] == [Outcome.NOT_APPLIED] * 3
     assert all(r.content.startswith("NOT APPLIED: the database was temporarily unavailable") for r in batch.results)
     assert await scalar(harness, "SELECT count(*) FROM invoices WHERE customer_id = 3") == 0

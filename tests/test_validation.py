@@ -62,7 +62,7 @@ async def test_c04_rejected_values_reach_no_database(harness):
     bad = [r for r in C04_ROWS if not r[3]]
     tool_calls = [{"name": t, "args": a, "id": f"call_{c}", "type": "tool_call"} for c, t, a, _, _ in bad]
     before = requests(harness)
-    batch = await node.run_batch(tool_calls, thread_id="t-c04")
+    batch = await node.run_batch(tool_calls, thread_id="t-c04", tenant_id="acme")
     assert requests(harness) == before  # no connection was borrowed: no SQL was sent
     assert [r.outcome for r in batch.results] == [Outcome.FAILED] * len(bad)
     for (case, _, _, _, field), r in zip(bad, batch.results):
@@ -84,7 +84,7 @@ async def test_c03_swapped_window_fails_with_a_fix_and_sends_no_sql(harness):
     batch = await node.run_batch([{
         "name": "ListRefunds", "id": "call_window", "type": "tool_call",
         "args": {"customer_id": 1, "from_date": "2026-03-31", "to_date": "2026-03-01"},
-    }], thread_id="t-c03")
+    }], thread_id="t-c03", tenant_id="acme")
     assert requests(harness) == before
     (result,) = batch.results
     assert result.outcome is Outcome.FAILED
@@ -98,6 +98,6 @@ async def test_c03_the_valid_window_runs(harness):
     batch = await node.run_batch([{
         "name": "ListRefunds", "id": "call_window_ok", "type": "tool_call",
         "args": {"customer_id": 1, "from_date": "2026-03-01", "to_date": "2026-03-31"},
-    }], thread_id="t-c03b")
+    }], thread_id="t-c03b", tenant_id="acme")
     assert batch.results[0].outcome is Outcome.APPLIED
     assert batch.results[0].result == {"refunds": []}
