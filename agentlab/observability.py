@@ -66,6 +66,8 @@ def _summary(output: Any) -> str | None:
     if not isinstance(output, dict):
         return type(output).__name__ if output is not None else None
     messages = output.get("messages", [])
+    if "messages" in output and not messages:
+        return "no messages"
     calls = sum(len(m.tool_calls) for m in messages if isinstance(m, AIMessage))
     tool_messages = sum(isinstance(m, ToolMessage) for m in messages)
     if calls:
@@ -197,7 +199,7 @@ def timeline_chart(frame, *, ax=None, title: str | None = None):
 
     nodes = frame[frame["kind"] == "node"].copy()
     if ax is None:
-        fig, ax = plt.subplots(figsize=(9, 0.6 + 0.45 * max(1, nodes["node"].nunique())))
+        fig, ax = plt.subplots(figsize=(9, 1.4 + 0.45 * max(1, nodes["node"].nunique())))
     else:
         fig = ax.figure
     if nodes.empty:
@@ -215,12 +217,14 @@ def timeline_chart(frame, *, ax=None, title: str | None = None):
         if pd.notna(row["input_tokens"]):
             label += f" {int(row['input_tokens'])}/{int(row['output_tokens'])} tok"
         ax.text(row["start_ms"] + width, y + 0.3, label, fontsize=7, va="bottom")
+    ax.margins(x=0.1)  # room for the last bar's label
     ax.set_yticks(range(len(lanes)), lanes)
     ax.invert_yaxis()
     ax.set_xlabel("time since the run's first node started (ms)")
     ax.set_ylabel("node")
     ax.set_title(title or f"node executions of one run ({len(nodes)} in {nodes['step'].nunique()} super-steps)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in OUTCOME_COLORS.values()]
-    ax.legend(handles, list(OUTCOME_COLORS), loc="lower right", fontsize=7)
+    ax.legend(handles, list(OUTCOME_COLORS), loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7,
+              title="outcome", title_fontsize=7)
     fig.tight_layout()
     return fig
