@@ -51,7 +51,8 @@ class EventLog:
             raise ValueError(f"unknown event kind {fields['kind']!r}; one of {EVENT_KINDS}")
         row = {**fields, "node": node, "outcome": outcome}
         level = logging.WARNING if row.get("error_class") else logging.INFO
-        log.log(level, "event %s", {k: v for k, v in row.items() if v is not None}, extra={"agentlab_event": row})
+        if log.isEnabledFor(level):
+            log.log(level, "event %s", {k: v for k, v in row.items() if v is not None}, extra={"agentlab_event": row})
         self._buffer.append(tuple(row.get(c) for c in EVENT_COLUMNS))
 
     @property

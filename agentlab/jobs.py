@@ -226,13 +226,13 @@ class JobStore:
         while True:
             if job.status is JobStatus.SUCCEEDED:
                 return JobResult(job_key, job.result, job.attempt, replayed=True)
+            if job.status is JobStatus.FAILED:  # another client's attempt failed meanwhile
+                raise JobFailed(job_key, job.error)
             if job.status is JobStatus.RUNNING and not job.lease_expired:
                 if deadline is not None and loop.time() >= deadline:
                     raise JobTimeout(job_key, job.status.value)
                 await asyncio.sleep(self.poll_s)
                 job = await self.get(job_key)
-                if job.status is JobStatus.FAILED:
-                    raise JobFailed(job_key, job.error)
                 continue
             attempt = await self.claim(job)
             if attempt is None:  # another client claimed it first: wait for that one
