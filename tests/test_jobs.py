@@ -116,3 +116,20 @@ async def test_concurrent_clients_share_one_execution(harness):
     assert len(calls) == 1
     assert sum(not r.replayed for r in results) == 1 and len({str(r.result) for r in results}) == 1
     assert await scalar(harness, "SELECT count(*) FROM invoices WHERE billing_period = '2026-08-01'") == 1
+
+
+async def test_clients_waiting_on_a_failing_attempt_all_see_the_failure(harness):
+    store = JobStore(harness.pool)
+
+    async def failing(conn, args):
+        await conn.execute("SELECT pg_sleep(0.1)")
+        return await write_invoice(conn, {**args, "amount_cents": -1})  # breaks the invoice CHECK
+
+    args = {**ARGS, "billing_period": "2026-09-01"}
+    outcomes = await asyncio.wait_for(asyncio.gather(
+        *[store.run("invoice:1:2026-09", "invoice", args, failing, timeout_s=10) for _ in range(3)],
+        return_exceptions=True), timeout=20)
+    assert all(isinstance(o, JobFailed) for o in outcomes)
+    assert await fetch(harness, "SELECT status, attempt FROM jobs WHERE job_key = 'invoice:1:2026-09'") == [
+        ("failed", 1)]
+    assert await scalar(harness, "SELECT count(*) FROM invoices WHERE billing_period = '2026-09-01'") == 0
