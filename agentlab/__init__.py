@@ -22,29 +22,31 @@ from agentlab.observability import node_summary, observe_node, run_events, timel
 from agentlab.outbox import DrainStats, OutboxWorker, outbox_counts
 from agentlab.provider import Clock, FakePaymentProvider, IdempotencyConflict, ProviderTimeout, ProviderUnavailable
 from agentlab.refund_saga import RowLock, payout_input, store_credit_payout
-from agentlab.retention import RetentionPolicy, RetentionReport, apply_retention, checkpoint_bytes, thread_activity
+from agentlab.retention import (
+    RetentionPolicy, RetentionReport, apply_retention, checkpoint_bytes, retention_chart, thread_activity,
+)
 from agentlab.saga import (
     Backoff, RunStatus, SagaBusy, SagaDefinition, SagaError, SagaReport, SagaRunner, Step, StepContext, StepStatus,
-    compensation_needed_frame, saga_log_frame, saga_steps_frame,
 )
+from agentlab.saga_frames import compensation_needed_frame, saga_chart, saga_log_frame, saga_steps_frame
 from agentlab.safeguards import PRESET_NOTES, PRESETS, Policy, Safeguards, preset
 from agentlab.scenarios import SCENARIOS, C, CustomerSpec, Intended, PlannedCall, Scenario, get_scenario
 from agentlab.tools import TOOLS, ToolSpec, get_tool, tool_schemas
 
 __all__ = [
     "APPROVAL", "AgentState", "AgentlabError", "ApprovalPolicy", "Backoff", "BatchResult", "C", "CallResult",
-    "Category", "Clock", "CustomerSpec", "DatabaseUnavailable", "DrainStats", "Episode", "EventLog",
-    "FakeNotifier", "FakePaymentProvider", "Harness", "IdempotencyConflict", "Intended", "JobFailed", "JobLost",
-    "JobResult", "JobStatus", "JobStore", "JobTimeout", "NOTIFY_TOPIC", "NotFound", "OutboxWorker", "Outcome",
-    "PRESETS", "PRESET_NOTES", "PlannedCall", "Policy", "ProviderTimeout", "ProviderUnavailable",
-    "RetentionPolicy", "RetentionReport", "RowLock", "RunStatus", "SCENARIOS", "Safeguards", "SagaBusy",
-    "SagaDefinition", "SagaError", "SagaReport", "SagaRunner", "Scenario", "ScriptedChatModel", "Step",
-    "StepContext", "StepStatus", "TOOLS", "ToolError", "ToolSpec", "TransactionalToolsNode", "UnknownTool",
-    "apply_retention", "approval_requests", "build_graph", "checkpoint_bytes", "compensation_needed_frame",
-    "create_database", "drop_database", "find_leaks", "fork", "get_scenario", "get_tool", "idempotency_key",
-    "interrupts_of", "is_infrastructure", "load_model", "node_summary", "observe_node", "outbox_counts",
-    "payout_input", "pending_requests", "preset", "repair_orphans", "replay", "replay_and_fork_experiment",
-    "resume_command", "retry_policy", "run_config", "run_events", "run_from", "saga_log_frame", "saga_steps_frame",
-    "server_url", "store_credit_payout", "thread_activity", "thread_counts", "thread_history", "timeline_chart",
-    "tool_schemas", "translate", "unanswered_tool_calls",
+    "Category", "Clock", "CustomerSpec", "DatabaseUnavailable", "DrainStats", "Episode", "EventLog", "FakeNotifier",
+    "FakePaymentProvider", "Harness", "IdempotencyConflict", "Intended", "JobFailed", "JobLost", "JobResult",
+    "JobStatus", "JobStore", "JobTimeout", "NOTIFY_TOPIC", "NotFound", "OutboxWorker", "Outcome", "PRESETS",
+    "PRESET_NOTES", "PlannedCall", "Policy", "ProviderTimeout", "ProviderUnavailable", "RetentionPolicy",
+    "RetentionReport", "RowLock", "RunStatus", "SCENARIOS", "Safeguards", "SagaBusy", "SagaDefinition", "SagaError",
+    "SagaReport", "SagaRunner", "Scenario", "ScriptedChatModel", "Step", "StepContext", "StepStatus", "TOOLS",
+    "ToolError", "ToolSpec", "TransactionalToolsNode", "UnknownTool", "apply_retention", "approval_requests",
+    "build_graph", "checkpoint_bytes", "compensation_needed_frame", "create_database", "drop_database",
+    "find_leaks", "fork", "get_scenario", "get_tool", "idempotency_key", "interrupts_of", "is_infrastructure",
+    "load_model", "node_summary", "observe_node", "outbox_counts", "payout_input", "pending_requests", "preset",
+    "repair_orphans", "replay", "replay_and_fork_experiment", "resume_command", "retention_chart", "retry_policy",
+    "run_config", "run_events", "run_from", "saga_chart", "saga_log_frame", "saga_steps_frame", "server_url",
+    "store_credit_payout", "thread_activity", "thread_counts", "thread_history", "timeline_chart", "tool_schemas",
+    "translate", "unanswered_tool_calls",
 ]

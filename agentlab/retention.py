@@ -211,3 +211,26 @@ async def apply_retention(saver, pool, policy: RetentionPolicy = RetentionPolicy
     report.ledger_rows = (ledger_before, ledger_after)
     report.outbox_rows = (outbox_before, outbox_after)
     return report
+
+
+def retention_chart(report: RetentionReport, *, ax=None, title: str | None = None):
+    """Checkpoint row bytes per super-step, per thread, before and after a retention run (bars).
+
+    Returns the matplotlib Figure; the bars are labelled with the thread's action (kept, pruned, deleted).
+    """
+    import matplotlib.pyplot as plt
+
+    frame = report.bytes_per_super_step()
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(8, 3.2))
+    else:
+        fig = ax.figure
+    xs = range(len(frame))
+    ax.bar([x - 0.2 for x in xs], frame["bytes_per_super_step_before"], width=0.4, label="before", color="tab:gray")
+    ax.bar([x + 0.2 for x in xs], frame["bytes_per_super_step_after"], width=0.4, label="after", color="tab:green")
+    ax.set_xticks(list(xs), [f"thread {i + 1}\n{a}" for i, a in enumerate(frame["action"])])
+    ax.set_ylabel("checkpoint row bytes per super-step (B)")
+    ax.set_title(title or "checkpoint bytes per super-step, before and after retention")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -245,24 +245,6 @@ OPEN_COMPENSATION_NEEDED = """
 SELECT id, position, step, action, reason, created_at FROM compensation_needed
 WHERE run_id = %s AND status = 'open' ORDER BY id
 """
-LIST_LOG = """
-SELECT l.id, l.run_id, r.run_key, l.position, l.step, l.action, l.attempt, l.error_class, l.detail, l.created_at
-FROM saga_log l JOIN saga_runs r ON r.id = l.run_id
-WHERE (%(run)s::bigint IS NULL OR l.run_id = %(run)s) ORDER BY l.id
-"""
-LIST_STEPS = """
-SELECT s.run_id, r.run_key, s.position, s.name, s.external, s.status, s.attempts, s.last_error, s.completed_at,
-       s.compensated_at
-FROM saga_steps s JOIN saga_runs r ON r.id = s.run_id
-WHERE (%(run)s::bigint IS NULL OR s.run_id = %(run)s) ORDER BY s.run_id, s.position
-"""
-LIST_COMPENSATION_NEEDED = """
-SELECT c.id, c.run_id, r.run_key, c.position, c.step, c.action, c.reason, c.status, c.created_at, c.resolved_at
-FROM compensation_needed c JOIN saga_runs r ON r.id = c.run_id
-WHERE (%(status)s::text IS NULL OR c.status = %(status)s) ORDER BY c.id
-"""
-
-
 @dataclass
 class SagaReport:
     """A run as the database holds it after the runner returned."""
@@ -578,34 +560,3 @@ class SagaRunner:
 
 class _AlreadyDone(Exception):
     """The step was completed by an earlier attempt (its stored result stands)."""
-
-
-# --------------------------------------------------------------------------- reading runs back
-
-
-async def _frame(pool, query: str, params: dict, columns: list[str]):
-    import pandas as pd
-
-    async with pool.connection() as conn:
-        rows = await (await conn.execute(query, params)).fetchall()
-    return pd.DataFrame(rows, columns=columns)
-
-
-async def saga_log_frame(pool, run_id: int | None = None):
-    """The journal (every run, or one), oldest first, as a pandas DataFrame."""
-    return await _frame(pool, LIST_LOG, {"run": run_id}, ["id", "run_id", "run_key", "position", "step", "action",
-                                                         "attempt", "error_class", "detail", "created_at"])
-
-
-async def saga_steps_frame(pool, run_id: int | None = None):
-    """Steps with status and attempts (every run, or one), as a pandas DataFrame."""
-    return await _frame(pool, LIST_STEPS, {"run": run_id}, ["run_id", "run_key", "position", "name", "external",
-                                                           "status", "attempts", "last_error", "completed_at",
-                                                           "compensated_at"])
-
-
-async def compensation_needed_frame(pool, status: str | None = "open"):
-    """The "compensation needed" rows for people (``status`` ``"open"``, ``"resolved"`` or None for all)."""
-    return await _frame(pool, LIST_COMPENSATION_NEEDED, {"status": status},
-                        ["id", "run_id", "run_key", "position", "step", "action", "reason", "status", "created_at",
-                         "resolved_at"])

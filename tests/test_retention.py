@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import datetime as dt
 
+import matplotlib
 from langchain_core.messages import HumanMessage
 
 from agentlab.approval import APPROVAL, ApprovalPolicy, pending_requests, resume_command
 from agentlab.graph import run_config
 from agentlab.history import thread_history
 from agentlab.model import ScriptedChatModel
-from agentlab.retention import RetentionPolicy, apply_retention, checkpoint_bytes
+from agentlab.retention import RetentionPolicy, apply_retention, checkpoint_bytes, retention_chart
 from agentlab.safeguards import preset
 from conftest import fetch, scalar
+
+matplotlib.use("Agg")
 
 DAY = dt.timedelta(days=1)
 POLICY = RetentionPolicy(replayable_for_s=7 * 86400, delete_after_s=90 * 86400)
@@ -39,6 +42,8 @@ async def test_retention_removes_old_checkpoints_and_leaves_ledger_and_outbox_in
     per_step = pruned.bytes_per_super_step()
     print("\n" + per_step.to_string())
     print(pruned.summary())
+    assert (per_step["bytes_per_super_step_after"] < per_step["bytes_per_super_step_before"]).all()
+    assert len(retention_chart(pruned).axes[0].patches) == 6  # before and after, three threads
 
     # a hundred days later: deleted
     deleted = await apply_retention(harness.saver, harness.pool, POLICY, now=now + 100 * DAY)

@@ -6,6 +6,7 @@ second session holding a customer's row (``lock_timeout``). Every assertion read
 
 from __future__ import annotations
 
+import matplotlib
 import psycopg
 import pytest
 
@@ -14,8 +15,11 @@ from agentlab.refund_saga import (
     RowLock, backward_recovery, escalation, forward_recovery, notice_model, payout_input, store_credit_payout,
 )
 from agentlab.saga import Backoff, SagaBusy, SagaDefinition, SagaRunner, Step, StepContext
+from agentlab.saga_frames import saga_chart, saga_log_frame
 from agentlab.scenarios import CustomerSpec, create_customers
 from conftest import fetch, scalar
+
+matplotlib.use("Agg")
 
 FAST = {"lock_timeout_ms": 100, "retry": Backoff(max_attempts=4, initial_s=0.01),
         "compensation_retry": Backoff(max_attempts=2, initial_s=0.01)}
@@ -46,6 +50,12 @@ async def test_failing_fourth_step_compensates_steps_three_two_one_in_that_order
     assert await credit(harness, cid) == OPENING  # the held credit was given back
     assert await scalar(harness, "SELECT count(*) FROM refunds WHERE customer_id = %s", (cid,)) == 1  # the earlier one
     assert await scalar(harness, "SELECT count(*) FROM compensation_needed") == 0
+
+    log = await saga_log_frame(harness.pool, rep.run_id)
+    ax = saga_chart(log).axes[0]
+    assert sum(len(c.get_offsets()) for c in ax.collections) == 7  # 3 completed, 1 failed, 3 compensations
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["1 hold_credit", "2 write_notice", "3 notify_customer",
+                                                           "4 queue_refund"]
 
     await harness.worker.drain()
     sent = await harness.notifier.messages(f"customer-{cid}@example.com")
