@@ -275,3 +275,56 @@ class JobStore:
             rows = await (await conn.execute(LIST_JOBS, {"key": job_key})).fetchall()
         return pd.DataFrame(rows, columns=["id", "job_key", "kind", "status", "attempt", "result", "error",
                                            "created_at", "started_at", "finished_at"])
+
+
+# --------------------------------------------------------------------------- the story, for a notebook
+
+SLOW_INVOICE_TRIGGER = """
+CREATE OR REPLACE FUNCTION agentlab_slow_invoice() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_sleep(coalesce(nullif(current_setting('agentlab.invoice_sleep_s', true), ''), '0')::float8);
+RETURN NEW; END $$;
+DROP TRIGGER IF EXISTS agentlab_slow_invoice ON invoices;
+CREATE TRIGGER agentlab_slow_invoice BEFORE INSERT ON invoices FOR EACH ROW EXECUTE FUNCTION agentlab_slow_invoice();
+"""
+DROP_SLOW_INVOICE_TRIGGER = "DROP TRIGGER IF EXISTS agentlab_slow_invoice ON invoices"
+SET_SLOW_SECONDS = "SELECT set_config('agentlab.invoice_sleep_s', %s, true)"  # this transaction only
+CREATE_INVOICE_FOR_JOB = """
+INSERT INTO invoices (tenant_id, customer_id, billing_period, amount_cents)
+SELECT tenant_id, id, %s, %s FROM customers WHERE id = %s RETURNING id
+"""
+COUNT_INVOICES = "SELECT count(*) FROM invoices WHERE customer_id = %s AND billing_period = %s"
+
+
+async def create_invoice_job(conn, args: dict) -> dict:
+    """A job's work: create one invoice (``customer_id``, ``billing_period``, ``amount_cents``)."""
+    await conn.execute(SET_SLOW_SECONDS, (str(args.get("sleep_s", 0)),))
+    cur = await conn.execute(CREATE_INVOICE_FOR_JOB, (args["billing_period"], args["amount_cents"],
+                                                      args["customer_id"]))
+    return {"invoice_id": (await cur.fetchone())[0]}
+
+
+async def timeout_then_retry(pool, customer_id: int, billing_period: str = "2026-05-01", *, amount_cents: int = 4200,
+                             client_timeout_s: float = 0.1, work_s: float = 0.8) -> dict:
+    """The resume-pipeline story, measured: the client gives up after ``client_timeout_s`` while the
+    write takes ``work_s`` (a trigger that sleeps: a real slow INSERT); the client retries with the
+    same job key. Returns what happened and the counts read back from the database."""
+    async with pool.connection() as conn:
+        await conn.execute(SLOW_INVOICE_TRIGGER)
+    store = JobStore(pool)
+    key = f"invoice:{customer_id}:{billing_period}"
+    args = {"customer_id": customer_id, "billing_period": billing_period, "amount_cents": amount_cents,
+            "sleep_s": work_s}
+    first = "finished"
+    try:
+        await store.run(key, "invoice", args, create_invoice_job, timeout_s=client_timeout_s)
+    except JobTimeout as exc:
+        first = f"JobTimeout (last seen {exc.status})"
+    retry = await store.run(key, "invoice", args, create_invoice_job, timeout_s=work_s * 10)
+    await store.wait_idle()
+    async with pool.connection() as conn:
+        await conn.execute(DROP_SLOW_INVOICE_TRIGGER)
+        invoices = (await (await conn.execute(COUNT_INVOICES, (customer_id, billing_period))).fetchone())[0]
+    jobs = await store.frame(key)
+    return {"first_call": first, "retry_replayed": retry.replayed, "retry_result": retry.result,
+            "invoices": invoices, "job_rows": len(jobs), "job_status": list(jobs["status"]),
+            "attempts": list(jobs["attempt"])}

@@ -133,3 +133,13 @@ async def test_clients_waiting_on_a_failing_attempt_all_see_the_failure(harness)
     assert await fetch(harness, "SELECT status, attempt FROM jobs WHERE job_key = 'invoice:1:2026-09'") == [
         ("failed", 1)]
     assert await scalar(harness, "SELECT count(*) FROM invoices WHERE billing_period = '2026-09-01'") == 0
+
+
+async def test_timeout_then_retry_story_reports_one_invoice(harness):
+    from agentlab.jobs import timeout_then_retry
+
+    story = await timeout_then_retry(harness.pool, 2, "2026-10-01")
+    assert story["first_call"].startswith("JobTimeout")
+    assert story["retry_replayed"] and story["invoices"] == 1
+    assert (story["job_rows"], story["job_status"], story["attempts"]) == (1, ["succeeded"], [1])
+    assert await scalar(harness, "SELECT count(*) FROM pg_trigger WHERE tgname = 'agentlab_slow_invoice'") == 0
