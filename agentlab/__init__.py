@@ -23,7 +23,8 @@ from agentlab.outbox import DrainStats, OutboxWorker, outbox_counts
 from agentlab.provider import Clock, FakePaymentProvider, IdempotencyConflict, ProviderTimeout, ProviderUnavailable
 from agentlab.refund_saga import RowLock, payout_input, store_credit_payout
 from agentlab.retention import (
-    RetentionPolicy, RetentionReport, apply_retention, checkpoint_bytes, retention_chart, thread_activity,
+    RetentionPolicy, RetentionReport, apply_retention, checkpoint_bytes, retention_chart, retention_experiment,
+    thread_activity,
 )
 from agentlab.saga import (
     Backoff, RunStatus, SagaBusy, SagaDefinition, SagaError, SagaReport, SagaRunner, Step, StepContext, StepStatus,
@@ -45,8 +46,8 @@ __all__ = [
     "build_graph", "checkpoint_bytes", "compensation_needed_frame", "create_database", "drop_database",
     "find_leaks", "fork", "get_scenario", "get_tool", "idempotency_key", "interrupts_of", "is_infrastructure",
     "load_model", "node_summary", "observe_node", "outbox_counts", "payout_input", "pending_requests", "preset",
-    "repair_orphans", "replay", "replay_and_fork_experiment", "resume_command", "retention_chart", "retry_policy",
-    "run_config", "run_events", "run_from", "saga_chart", "saga_log_frame", "saga_steps_frame", "server_url",
-    "store_credit_payout", "thread_activity", "thread_counts", "thread_history", "timeline_chart", "tool_schemas",
-    "translate", "unanswered_tool_calls",
+    "repair_orphans", "replay", "replay_and_fork_experiment", "resume_command", "retention_chart",
+    "retention_experiment", "retry_policy", "run_config", "run_events", "run_from", "saga_chart", "saga_log_frame",
+    "saga_steps_frame", "server_url", "store_credit_payout", "thread_activity", "thread_counts", "thread_history",
+    "timeline_chart", "tool_schemas", "translate", "unanswered_tool_calls",
 ]

@@ -234,3 +234,32 @@ def retention_chart(report: RetentionReport, *, ax=None, title: str | None = Non
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+async def retention_experiment(h, *, turns: tuple[int, ...] = (1, 20, 60), idle_days: float = 10.0,
+                               policy: RetentionPolicy = RetentionPolicy()) -> RetentionReport:
+    """Threads of growing length, then one retention run ``idle_days`` later; returns its report.
+
+    Each thread plays the refund story, then ``n - 1`` more user turns (each a super-step of the
+    agent), every checkpoint written (durability ``sync``). The report's
+    :meth:`RetentionReport.bytes_per_super_step` shows how bytes per super-step grow with the
+    history and what ``keep_latest`` leaves.
+    """
+    from langchain_core.messages import HumanMessage
+
+    from agentlab.graph import run_config
+    from agentlab.model import ScriptedChatModel
+    from agentlab.safeguards import preset
+    from agentlab.scenarios import get_scenario
+
+    scenario, sg = get_scenario("refund"), preset("full")
+    for n in turns:
+        ids = await h.create_customers(scenario, sg)
+        graph = h.graph(sg, ScriptedChatModel(script=scenario.script(ids)))
+        config = run_config(f"retention-{n}-turns-{ids[0]}", tenant_id=scenario.tenant_id)
+        await graph.ainvoke({"messages": [HumanMessage(scenario.prompt)]}, config, durability="sync")
+        for turn in range(n - 1):
+            await graph.ainvoke({"messages": [HumanMessage(f"Thanks. Is anything else open? ({turn + 1})")]},
+                                config, durability="sync")
+    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=idle_days)
+    return await apply_retention(h.saver, h.pool, policy, now=later)

@@ -11,7 +11,9 @@ from agentlab.approval import APPROVAL, ApprovalPolicy, pending_requests, resume
 from agentlab.graph import run_config
 from agentlab.history import thread_history
 from agentlab.model import ScriptedChatModel
-from agentlab.retention import RetentionPolicy, apply_retention, checkpoint_bytes, retention_chart
+from agentlab.retention import (
+    RetentionPolicy, apply_retention, checkpoint_bytes, retention_chart, retention_experiment,
+)
 from agentlab.safeguards import preset
 from conftest import fetch, scalar
 
@@ -91,3 +93,13 @@ async def test_an_active_thread_stays_replayable(harness):
     assert report.kept == [fresh.thread_id] and report.pruned == [old.thread_id]
     counts = dict(await fetch(harness, "SELECT thread_id, count(*) FROM checkpoints GROUP BY 1"))
     assert counts == {fresh.thread_id: 7, old.thread_id: 1}
+
+
+async def test_a_longer_history_costs_more_and_pruning_keeps_one_checkpoint_per_thread(harness):
+    report = await retention_experiment(harness, turns=(1, 8))
+    frame = report.bytes_per_super_step()
+    print("\n" + frame.to_string())
+    assert list(frame["super_steps"]) == [7, 7 + 7 * 3]  # each extra turn: input, agent and the end
+    assert frame["bytes_before"].iloc[1] > 3 * frame["bytes_before"].iloc[0]
+    assert frame["bytes_after"].iloc[1] > frame["bytes_after"].iloc[0]  # the latest checkpoint holds the history
+    assert await scalar(harness, "SELECT count(*) FROM checkpoints") == 2
