@@ -26,7 +26,12 @@ from agentlab.scenarios import get_scenario
 
 async def run_demo(scenario: str = "refund", preset_name: str = "full", *, seed: int = 0,
                    keep: bool = False) -> dict[str, Any]:
-    """Run one demo episode in a fresh database; return the report (see :func:`report`)."""
+    """Run one demo episode in a fresh database; return the report (see :func:`report`).
+    ``saga`` and ``approval`` run :mod:`agentlab.demo_workflows` instead."""
+    if scenario in ("saga", "approval"):
+        from agentlab.demo_workflows import run_workflow_demo
+
+        return await run_workflow_demo(scenario, preset_name, seed=seed, keep=keep)
     sc = get_scenario(scenario)
     sg = preset(preset_name)
     t0 = time.perf_counter()
@@ -97,6 +102,15 @@ def steps(messages: list) -> list[dict]:
 
 def render(rep: dict, *, timing: bool = True) -> str:
     """The human-readable account of a demo report (``timing=False`` leaves out the wall time)."""
+    if "runs" in rep or "approval" in rep:  # the saga and approval demos (agentlab.demo_workflows)
+        from agentlab.demo_workflows import render_workflow
+
+        return render_workflow(rep)
+    return render_episode(rep, timing=timing)
+
+
+def render_episode(rep: dict, *, timing: bool = True) -> str:
+    """The human-readable account of one episode's report."""
     lines = [f"agentlab demo: scenario '{rep['scenario']}', preset '{rep['preset']}'",
              f"  {PRESET_NOTES.get(rep['preset'], '')}", ""]
     for n, step in enumerate(rep["steps"], 1):

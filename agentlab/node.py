@@ -43,7 +43,7 @@ from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
@@ -284,7 +284,7 @@ class TransactionalToolsNode:
         for r in ordered:
             tr = r.translation
             self.events.record(
-                "tools", r.outcome.value, thread_id=thread_id, tool_name=r.tool, tool_call_id=r.call_id,
+                "tools", r.outcome.value, kind="call", thread_id=thread_id, tool_name=r.tool, tool_call_id=r.call_id,
                 category=r.category, sqlstate=tr.sqlstate if tr else None, error_class=tr.error_class if tr else None,
                 detail=tr.detail if tr else None, attempt=attempt, latency_ms=round(r.latency_ms, 3),
             )
@@ -426,15 +426,23 @@ class TransactionalToolsNode:
 
     def as_node(self) -> Callable:
         """The LangGraph node function: reads the last AIMessage's tool calls, writes ToolMessages and
-        the rollback counters. The thread id (and tenant) come from ``config["configurable"]``."""
+        the rollback counters. The thread id (and tenant) come from ``config["configurable"]``.
+
+        Calls already answered by a ToolMessage after that AIMessage (a reviewer's rejection, see
+        :mod:`agentlab.approval`) are skipped: each tool call id gets exactly one ToolMessage."""
 
         async def tools(state: dict, config: RunnableConfig, runtime: Runtime) -> dict:
-            last = state["messages"][-1]
+            messages = state["messages"]
+            at = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AIMessage)), None)
+            tool_calls = messages[at].tool_calls if at is not None else []
+            if at is not None and at < len(messages) - 1:  # some calls were answered already (rejected)
+                answered = {m.tool_call_id for m in messages[at + 1:] if isinstance(m, ToolMessage)}
+                tool_calls = [tc for tc in tool_calls if tc.get("id") not in answered]
             conf = config.get("configurable", {})
             info = getattr(runtime, "execution_info", None)
             attempt = getattr(info, "node_attempt", 1) or 1
             batch = await self.run_batch(
-                getattr(last, "tool_calls", []) or [], thread_id=str(conf.get("thread_id", "default")),
+                tool_calls, thread_id=str(conf.get("thread_id", "default")),
                 tenant_id=conf.get("tenant_id"), attempt=attempt, final_attempt=attempt >= self.max_attempts,
             )
             return {

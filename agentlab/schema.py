@@ -8,7 +8,7 @@ a real mechanism: ``public`` holds them with every CHECK, UNIQUE and FOREIGN KEY
 same columns with NOT NULL only (``CREATE TABLE ... (LIKE ... INCLUDING DEFAULTS)``). A batch picks
 one with ``search_path``. Both share the id sequences, so an id names one row across both.
 The ledger, the outbox and the events table live in ``public`` only; the fake payment provider keeps
-its records in its own schema ``provider``.
+its records in its own schema ``provider``, the fake notification sink in ``notify``.
 
 Least privilege and tenant isolation (migration 4, see :mod:`agentlab.tenancy`): a cluster-wide
 ``NOLOGIN`` role :data:`AGENT_ROLE` holds only what the tools need in ``public`` (read the business
@@ -251,6 +251,145 @@ MIGRATIONS: list[tuple[str, str]] = [
             USING ({TENANT_PREDICATE})
             WITH CHECK ({TENANT_PREDICATE} AND (credit_memos.invoice_id IS NULL OR EXISTS (
                 SELECT 1 FROM public.invoices i WHERE i.id = credit_memos.invoice_id)));
+        """,
+    ),
+    (
+        "sagas: runs, steps with their compensations, a journal, compensation needed by a person",
+        """
+        CREATE TABLE saga_runs (
+            id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            saga          text NOT NULL,
+            run_key       text NOT NULL CONSTRAINT saga_runs_one_per_key UNIQUE,
+            status        text NOT NULL DEFAULT 'running'
+                          CONSTRAINT saga_runs_status_valid
+                          CHECK (status IN ('running', 'compensating', 'completed', 'compensated', 'parked')),
+            direction     text NOT NULL DEFAULT 'forward'
+                          CONSTRAINT saga_runs_direction_valid CHECK (direction IN ('forward', 'backward')),
+            input         jsonb NOT NULL,
+            failed_step   integer,
+            parked_reason text,
+            created_at    timestamptz NOT NULL DEFAULT now(),
+            updated_at    timestamptz NOT NULL DEFAULT now(),
+            CONSTRAINT saga_runs_parked_has_reason CHECK ((status = 'parked') = (parked_reason IS NOT NULL))
+        );
+        CREATE TABLE saga_steps (
+            run_id         bigint NOT NULL CONSTRAINT saga_steps_run_fk REFERENCES saga_runs (id),
+            position       integer NOT NULL CONSTRAINT saga_steps_position_positive CHECK (position >= 1),
+            name           text NOT NULL,
+            external       boolean NOT NULL DEFAULT false,
+            status         text NOT NULL DEFAULT 'pending'
+                           CONSTRAINT saga_steps_status_valid CHECK (status IN (
+                               'pending', 'running', 'completed', 'failed',
+                               'compensated', 'sent_but_unwound', 'compensation_failed')),
+            attempts       integer NOT NULL DEFAULT 0,
+            result         jsonb,
+            compensation   jsonb,
+            last_error     text,
+            completed_at   timestamptz,
+            compensated_at timestamptz,
+            PRIMARY KEY (run_id, position),
+            CONSTRAINT saga_steps_done_has_result CHECK (
+                status IN ('pending', 'running', 'failed') OR (result IS NOT NULL AND compensation IS NOT NULL))
+        );
+        CREATE TABLE saga_log (
+            id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            run_id      bigint NOT NULL CONSTRAINT saga_log_run_fk REFERENCES saga_runs (id),
+            position    integer,
+            step        text,
+            action      text NOT NULL,
+            attempt     integer,
+            error_class text,
+            detail      text,
+            created_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+        );
+        CREATE INDEX saga_log_run ON saga_log (run_id, id);
+        CREATE TABLE compensation_needed (
+            id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            run_id      bigint NOT NULL CONSTRAINT compensation_needed_run_fk REFERENCES saga_runs (id),
+            position    integer NOT NULL,
+            step        text NOT NULL,
+            action      jsonb NOT NULL,
+            reason      text NOT NULL,
+            status      text NOT NULL DEFAULT 'open'
+                        CONSTRAINT compensation_needed_status_valid CHECK (status IN ('open', 'resolved')),
+            created_at  timestamptz NOT NULL DEFAULT now(),
+            resolved_at timestamptz,
+            CONSTRAINT compensation_needed_resolved_at CHECK ((status = 'resolved') = (resolved_at IS NOT NULL))
+        );
+        CREATE UNIQUE INDEX compensation_needed_one_open_per_run ON compensation_needed (run_id) WHERE status = 'open';
+        """,
+    ),
+    (
+        "job state: one live job per key, a result exactly when succeeded",
+        """
+        CREATE TABLE jobs (
+            id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            job_key     text NOT NULL,
+            kind        text NOT NULL,
+            args        jsonb NOT NULL,
+            status      text NOT NULL DEFAULT 'pending'
+                        CONSTRAINT jobs_status_valid
+                        CHECK (status IN ('pending', 'running', 'succeeded', 'failed', 'unknown')),
+            attempt     integer NOT NULL DEFAULT 0,
+            result      jsonb,
+            error       text,
+            lease_until timestamptz,
+            created_at  timestamptz NOT NULL DEFAULT now(),
+            started_at  timestamptz,
+            finished_at timestamptz,
+            CONSTRAINT jobs_result_iff_succeeded CHECK ((status = 'succeeded') = (result IS NOT NULL)),
+            CONSTRAINT jobs_running_has_lease CHECK (status <> 'running' OR lease_until IS NOT NULL),
+            CONSTRAINT jobs_finished_iff_final CHECK ((status IN ('succeeded', 'failed')) = (finished_at IS NOT NULL))
+        );
+        CREATE UNIQUE INDEX jobs_one_live_per_key ON jobs (job_key) WHERE status <> 'failed';
+        """,
+    ),
+    (
+        "human approval requests: one per batch, keyed by thread, node and super-step",
+        """
+        CREATE TABLE approval_requests (
+            request_key  text PRIMARY KEY,
+            thread_id    text NOT NULL,
+            node         text NOT NULL,
+            step         integer NOT NULL,
+            calls        jsonb NOT NULL,
+            status       text NOT NULL DEFAULT 'pending'
+                         CONSTRAINT approval_requests_status_valid CHECK (status IN ('pending', 'decided')),
+            decisions    jsonb,
+            requested_at timestamptz NOT NULL DEFAULT now(),
+            decided_at   timestamptz,
+            CONSTRAINT approval_requests_decided CHECK (
+                (status = 'decided') = (decisions IS NOT NULL AND decided_at IS NOT NULL))
+        );
+        CREATE INDEX approval_requests_thread ON approval_requests (thread_id);
+        """,
+    ),
+    (
+        "fake notification sink's own records",
+        """
+        CREATE SCHEMA notify;
+        CREATE TABLE notify.messages (
+            id         text PRIMARY KEY,
+            recipient  text NOT NULL,
+            subject    text NOT NULL,
+            body       text NOT NULL,
+            reference  text,
+            corrects   text,
+            created_at timestamptz NOT NULL
+        );
+        CREATE INDEX notify_messages_reference ON notify.messages (reference);
+        """,
+    ),
+    (
+        "events: kind (node execution, tool call, note), super-step, start time, token counts",
+        """
+        ALTER TABLE events
+            ADD COLUMN kind text NOT NULL DEFAULT 'note'
+                CONSTRAINT events_kind_valid CHECK (kind IN ('node', 'call', 'note')),
+            ADD COLUMN step integer,
+            ADD COLUMN started_at timestamptz,
+            ADD COLUMN input_tokens integer,
+            ADD COLUMN output_tokens integer;
         """,
     ),
 ]
