@@ -5,6 +5,7 @@ The public names are re-exported here; ``tests/test_public_api.py`` keeps ``__al
 
 import logging as _logging
 
+from agentlab.batches import batch_frame, customer_rows, new_customer, steps_frame, tool_calls
 from agentlab.db import DatabaseUnavailable, create_database, drop_database, server_url
 from agentlab.errors import (
     AgentlabError, Category, NotFound, ToolError, UnknownTool, find_leaks, is_infrastructure, translate,
@@ -31,4 +32,5 @@ __all__ = [
     "build_graph", "create_database", "drop_database", "find_leaks", "get_scenario", "get_tool",
     "idempotency_key", "is_infrastructure", "load_model", "outbox_counts", "preset", "repair_orphans",
     "retry_policy", "run_config", "server_url", "tool_schemas", "translate", "unanswered_tool_calls",
+    "batch_frame", "customer_rows", "new_customer", "steps_frame", "tool_calls",
 ]

@@ -41,6 +41,8 @@ async def open_notebook(name: str, *, keep: bool = False) -> Harness:
     import pandas as pd
 
     logging.getLogger("agentlab.events").setLevel(logging.ERROR)
+    # a pool discarding a connection a fault killed is expected here, and its message names an address
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     use_projector_style()
     pd.set_option("display.max_colwidth", 90)
     pd.set_option("display.width", 160)
