@@ -8,6 +8,7 @@ import logging as _logging
 from agentlab.approval import (
     APPROVAL, ApprovalPolicy, approval_requests, interrupts_of, pending_requests, resume_command,
 )
+from agentlab.batches import batch_frame, customer_rows, new_customer, steps_frame, tool_calls
 from agentlab.db import DatabaseUnavailable, create_database, drop_database, server_url
 from agentlab.errors import (
     AgentlabError, Category, NotFound, ToolError, UnknownTool, find_leaks, is_infrastructure, translate,
@@ -61,4 +62,6 @@ __all__ = [
     # tenant isolation (agentlab.tenancy)
     "AGENT_ROLE", "AgentProbe", "CrossTenantEffect", "TenantRequired", "agent_privileges", "compare_isolation",
     "create_foreign_customer", "cross_tenant_effects", "try_as_agent", "with_foreign_customer",
+    # hand-written batches (agentlab.batches)
+    "batch_frame", "customer_rows", "new_customer", "steps_frame", "tool_calls",
 ]

@@ -327,7 +327,7 @@ LEAK_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("secret", re.compile(r"\bpassword\b|\bsecret\b|\bsk_(?:live|test)_\w+", re.I)),
     ("host", re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}\b|\blocalhost\b|\.s\.PGSQL|\bhost\s*=|\bport\s*=", re.I)),
     ("sql", re.compile(r"\b(?:SELECT|INSERT|UPDATE|DELETE)\b[\s\S]{0,120}?\b(?:FROM|INTO|SET|WHERE)\b", re.I)),
-    ("sql", re.compile(r"\b(?:LINE \d+:|DETAIL:|CONTEXT:|HINT:|SQLSTATE|syntax for type|violates)\b", re.I)),
+    ("sql", re.compile(r"\b(?:LINE \d+:|DETAIL:|CONTEXT:|HINT:)|\b(?:SQLSTATE|syntax for type|violates)\b", re.I)),
     ("identifier", re.compile(r"\b(?:relation|constraint|column|table|schema)\s+\"[^\"]+\"", re.I)),
     ("identifier", re.compile(r"(?<!\w)(?:" + "|".join(re.escape(i) for i in INTERNAL_IDENTIFIERS) + r")(?!\w)", re.I)),
     ("identifier", re.compile(r"\b(?:public|lax|provider|pg_catalog)\.[A-Za-z_]\w*|\bpg_[a-z_]{3,}")),

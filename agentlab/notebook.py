@@ -35,16 +35,20 @@ def use_projector_style() -> None:
 async def open_notebook(name: str, *, keep: bool = False) -> Harness:
     """A :class:`Harness` on a fresh database for notebook ``name`` (e.g. ``"01"``).
 
-    The database is dropped when the kernel exits unless ``keep``; running the notebook again gives
-    another fresh one. Raises :class:`agentlab.db.DatabaseUnavailable` with one actionable line.
+    The database is dropped by ``await h.close()`` (the notebook's last cell) unless ``keep``, and, as a
+    fallback, when the kernel exits without it (a kernel killed outright, as nbval stops its kernels,
+    runs no exit hook: the last cell is what cleans up). Running the notebook again gives another
+    fresh one. Raises :class:`agentlab.db.DatabaseUnavailable` with one actionable line.
     """
     import pandas as pd
 
     logging.getLogger("agentlab.events").setLevel(logging.ERROR)
+    # a pool discarding a connection a fault killed is expected here, and its message names an address
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     use_projector_style()
     pd.set_option("display.max_colwidth", 90)
     pd.set_option("display.width", 160)
-    h = await Harness.open(purpose=f"nb{name}", keep=True)
+    h = await Harness.open(purpose=f"nb{name}", keep=keep)
     if not keep:
         atexit.register(_drop_quietly, h.url)
     print(f"notebook {name}: a fresh database is ready")

@@ -104,3 +104,11 @@ async def test_c13_a_secret_in_an_error_reaches_the_log_not_the_model(harness, m
     assert error_class == "builtins.RuntimeError"
     logged = [r for r in caplog.records if getattr(r, "agentlab_event", {}).get("tool_call_id") == "call_secret"]
     assert logged and "SELECT credit_cents" in logged[0].agentlab_event["detail"]
+
+
+def test_postgres_report_labels_are_caught_by_the_leak_detector():
+    assert find_leaks('date/time field value out of range: "2026-02-30"\nCONTEXT:  unnamed portal parameter $1') == ["sql"]
+    assert find_leaks("LINE 1: UPDATE x") == ["sql"]
+    assert find_leaks("DETAIL:  Key (a)=(1) already exists.") == ["sql"]
+    assert find_leaks("HINT:  No operator matches the given name") == ["sql"]
+    assert find_leaks("FAILED [invalid_arguments]: a date is not valid; use the form YYYY-MM-DD.") == []
