@@ -60,6 +60,7 @@ def _cmd_db(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from agentlab.demo_workflows import WORKFLOW_DEMOS
     from agentlab.safeguards import PRESETS
     from agentlab.scenarios import SCENARIOS
 
@@ -68,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="run a seed story end to end on a fresh database")
-    demo.add_argument("--scenario", default="refund", choices=sorted(SCENARIOS))
+    demo.add_argument("--scenario", default="refund", choices=sorted([*SCENARIOS, *WORKFLOW_DEMOS]))
     demo.add_argument("--preset", default="full", choices=list(PRESETS))
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--json", action="store_true", help="print one JSON object")

@@ -8,8 +8,10 @@ figure to a PNG. Nothing here opens a window: the CLI uses the ``Agg`` backend.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 HELD = "#e8f5e9"  # a cell with no violation
 
@@ -22,6 +24,7 @@ def heatmap(table: pd.DataFrame, *, ax=None, title: str | None = None, xlabel: s
     (a few violations stay visible next to thousands).
     """
     import matplotlib.pyplot as plt
+    import pandas as pd
     from matplotlib.colors import PowerNorm
 
     values = table.to_numpy(dtype=float)

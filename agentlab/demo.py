@@ -26,19 +26,32 @@ from agentlab.scenarios import get_scenario
 
 async def run_demo(scenario: str = "refund", preset_name: str = "full", *, seed: int = 0,
                    keep: bool = False) -> dict[str, Any]:
-    """Run one demo episode in a fresh database; return the report (see :func:`report`)."""
+    """Run one demo episode in a fresh database; return the report (see :func:`report`).
+    ``saga`` and ``approval`` run :mod:`agentlab.demo_workflows` instead."""
+    if scenario in ("saga", "approval"):
+        from agentlab.demo_workflows import run_workflow_demo
+
+        return await run_workflow_demo(scenario, preset_name, seed=seed, keep=keep)
     sc = get_scenario(scenario)
     sg = preset(preset_name)
     t0 = time.perf_counter()
     h = await Harness.open(purpose="demo", keep=keep)
     try:
         ep = await h.run_episode(sc, sg, seed=seed)
-        state = await h.end_state(ep, [c.credit_cents for c in sc.customers])
-        outbox = await outbox_counts(h.pool)
-        database = h.url if keep else None
+        rep = await episode_report(h, ep)
     finally:
         await h.close()
-    return report(ep, state, outbox, wall_s=time.perf_counter() - t0, database=database)
+    rep["wall_s"] = round(time.perf_counter() - t0, 3)
+    rep["database"] = h.url if keep else None
+    return rep
+
+
+async def episode_report(h: Harness, ep) -> dict[str, Any]:
+    """The report of an episode already run on ``h`` (what the demo prints), read from the database."""
+    sc = get_scenario(ep.scenario)
+    state = await h.end_state(ep, [c.credit_cents for c in sc.customers])
+    outbox = await outbox_counts(h.pool)
+    return report(ep, state, outbox, wall_s=ep.wall_ms / 1000)
 
 
 def report(ep, state: dict, outbox: dict, *, wall_s: float, database: str | None = None) -> dict[str, Any]:
@@ -87,8 +100,17 @@ def steps(messages: list) -> list[dict]:
     return out
 
 
-def render(rep: dict) -> str:
-    """The human-readable account of a demo report."""
+def render(rep: dict, *, timing: bool = True) -> str:
+    """The human-readable account of a demo report (``timing=False`` leaves out the wall time)."""
+    if "runs" in rep or "approval" in rep:  # the saga and approval demos (agentlab.demo_workflows)
+        from agentlab.demo_workflows import render_workflow
+
+        return render_workflow(rep)
+    return render_episode(rep, timing=timing)
+
+
+def render_episode(rep: dict, *, timing: bool = True) -> str:
+    """The human-readable account of one episode's report."""
     lines = [f"agentlab demo: scenario '{rep['scenario']}', preset '{rep['preset']}'",
              f"  {PRESET_NOTES.get(rep['preset'], '')}", ""]
     for n, step in enumerate(rep["steps"], 1):
@@ -119,7 +141,8 @@ def render(rep: dict) -> str:
     lines.append(f"  rollbacks         {rep['rollbacks']}")
     lines.append(f"  tool messages     {rep['tool_messages']} for {rep['tool_calls']} tool calls "
                  f"({rep['unanswered_tool_calls']} unanswered)")
-    lines.append(f"  wall time         {rep['wall_s']:.2f} s")
+    if timing:
+        lines.append(f"  wall time         {rep['wall_s']:.2f} s")
     if rep.get("database"):
         lines.append(f"  database kept     {rep['database']}")
     return "\n".join(lines)

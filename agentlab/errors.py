@@ -100,7 +100,6 @@ INFRA_UNAVAILABLE = "the database was temporarily unavailable; nothing in this b
 ORPHANED_CALL = "this call was interrupted before it finished and no result was recorded."
 DUPLICATE_CALL_ID = "this tool call id appears more than once in the batch; send each call with its own id."
 INVALID_CALL_ID = "this tool call id holds characters that cannot be stored; send each call with a plain id."
-UNSTORABLE_TEXT = "a text argument holds a character that cannot be stored (such as a NUL byte); remove it."
 REJECTED_BY_REVIEWER = "a reviewer rejected this call; it was not applied. Do not send it again."
 
 CHECK_HINTS = {
@@ -173,9 +172,6 @@ RULES: tuple[Rule, ...] = (
     Rule("42883", Category.INVALID_ARGUMENTS, False, "an argument has the wrong type; check every argument's type."),
     Rule("42804", Category.INVALID_ARGUMENTS, False, "an argument has the wrong type; check every argument's type."),
     Rule("42501", Category.NOT_FOUND, False, "no such record was found; check the ids."),  # privilege / row security
-    # a value psycopg cannot send (a NUL byte, a lone surrogate): refused on the client, no SQLSTATE
-    Rule(psycopg.DataError, Category.INVALID_ARGUMENTS, False, UNSTORABLE_TEXT),
-    Rule(UnicodeError, Category.INVALID_ARGUMENTS, False, UNSTORABLE_TEXT),
     # client-side infrastructure: lost connections, pool exhaustion, OS-level timeouts
     Rule(psycopg.OperationalError, Category.TRANSIENT, True, INFRA_UNAVAILABLE),
     Rule(psycopg.InterfaceError, Category.TRANSIENT, True, INFRA_UNAVAILABLE),
@@ -217,8 +213,9 @@ def _pydantic_reason(exc: Any, allowed: tuple[str, ...]) -> str:
             got or "", got
         )
         if kind == "extra_forbidden":
-            # echo the model's own key only when it is a plain name that names nothing internal
-            name = loc if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,40}", loc or "") and not find_leaks(loc) else None
+            name = loc if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,40}", loc or "") else None
+            if name and find_leaks(name):  # e.g. a ``tenant_id`` key: do not echo an internal name back
+                name = None
             what = f"'{name}' is not an argument of this tool" if name else "an unknown argument was sent"
             parts.append(f"{what} (allowed: {', '.join(allowed)})" if allowed else what)
             continue
@@ -331,7 +328,7 @@ LEAK_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("secret", re.compile(r"\bpassword\b|\bsecret\b|\bsk_(?:live|test)_\w+", re.I)),
     ("host", re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}\b|\blocalhost\b|\.s\.PGSQL|\bhost\s*=|\bport\s*=", re.I)),
     ("sql", re.compile(r"\b(?:SELECT|INSERT|UPDATE|DELETE)\b[\s\S]{0,120}?\b(?:FROM|INTO|SET|WHERE)\b", re.I)),
-    ("sql", re.compile(r"\b(?:LINE \d+:|DETAIL:|CONTEXT:|HINT:|SQLSTATE|syntax for type|violates)\b", re.I)),
+    ("sql", re.compile(r"\b(?:LINE \d+:|DETAIL:|CONTEXT:|HINT:)|\b(?:SQLSTATE|syntax for type|violates)\b", re.I)),
     ("identifier", re.compile(r"\b(?:relation|constraint|column|table|schema)\s+\"[^\"]+\"", re.I)),
     ("identifier", re.compile(r"(?<!\w)(?:" + "|".join(re.escape(i) for i in INTERNAL_IDENTIFIERS) + r")(?!\w)", re.I)),
     ("identifier", re.compile(r"\b(?:public|lax|provider|pg_catalog)\.[A-Za-z_]\w*|\bpg_[a-z_]{3,}")),

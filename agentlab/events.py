@@ -4,6 +4,12 @@ An event holds thread, node, tool, tool call id, outcome, category, SQLSTATE, er
 error detail (passwords redacted; never shown to the model), attempt and latency in milliseconds.
 Events go to the ``agentlab.events`` logger at once and to the ``events`` table in batches
 (:meth:`EventLog.flush`), outside the business transaction, so a rolled-back batch keeps its record.
+
+Every event has a ``kind``: ``node`` (one per node execution, written only by
+:func:`agentlab.observability.observe_node`, with super-step, start time and token counts),
+``call`` (one per tool call in a batch, written by the tools node) or ``note`` (anything else a node
+wants on record: an infrastructure error, orphans answered, an escalation). Count node executions
+from ``node`` events and tool calls from ``call`` events, so nothing is counted twice.
 """
 
 from __future__ import annotations
@@ -15,8 +21,9 @@ log = logging.getLogger("agentlab.events")
 
 EVENT_COLUMNS = (
     "thread_id", "node", "tool_name", "tool_call_id", "outcome", "category", "sqlstate", "error_class",
-    "detail", "attempt", "latency_ms",
+    "detail", "attempt", "latency_ms", "kind", "step", "started_at", "input_tokens", "output_tokens",
 )
+EVENT_KINDS = ("node", "call", "note")
 INSERT_EVENT = f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({', '.join(['%s'] * len(EVENT_COLUMNS))})"
 
 
@@ -39,9 +46,13 @@ class EventLog:
         if unknown:
             raise TypeError(f"unknown event fields: {sorted(unknown)}")
         fields.setdefault("attempt", 1)
+        fields.setdefault("kind", "call" if fields.get("tool_call_id") else "note")
+        if fields["kind"] not in EVENT_KINDS:
+            raise ValueError(f"unknown event kind {fields['kind']!r}; one of {EVENT_KINDS}")
         row = {k: _storable(v) for k, v in {**fields, "node": node, "outcome": outcome}.items()}
-        level = logging.WARNING if row.get("error_class") else logging.INFO
-        log.log(level, "event %s", {k: v for k, v in row.items() if v is not None}, extra={"agentlab_event": row})
+        level = logging.WARNING if outcome == "infrastructure_error" else logging.INFO
+        if log.isEnabledFor(level):
+            log.log(level, "event %s", {k: v for k, v in row.items() if v is not None}, extra={"agentlab_event": row})
         self._buffer.append(tuple(row.get(c) for c in EVENT_COLUMNS))
 
     @property

@@ -24,9 +24,7 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from agentlab import db
 from agentlab.faults import FAULTS, get_fault
@@ -34,6 +32,9 @@ from agentlab.harness import Harness
 from agentlab.invariants import KINDS, count_by_kind
 from agentlab.lab import FaultRun, Lab
 from agentlab.safeguards import PRESETS, Safeguards, preset
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ROW_COLUMNS = ("preset", "fault", "scenario", "episode", "seed", "rollbacks", "escalated", "crashed", "error",
                "violations", *KINDS, "wall_ms")
@@ -164,6 +165,8 @@ def safeguard_effects(rows: pd.DataFrame, presets: Sequence[str] | None = None) 
                     cells.append((not meant, {"safeguard": upper, "fault": fault, "kind": kind, "below": below,
                                               "at": at}))
         out += [c for _, c in sorted(cells, key=lambda c: c[0])]  # the faults the rung is meant for first
+    import pandas as pd
+
     return pd.DataFrame(out, columns=["safeguard", "fault", "kind", "below", "at"])
 
 
@@ -248,6 +251,8 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
         await h.close()
         if created:
             await asyncio.to_thread(db.drop_database, url)
+    import pandas as pd
+
     rows = pd.DataFrame(results, columns=list(ROW_COLUMNS))
     order = {f: n for n, f in enumerate(faults)}, {p: n for n, p in enumerate(presets)}
     rows = rows.sort_values(["fault", "preset", "episode"], key=lambda s: s.map(order[0]) if s.name == "fault"

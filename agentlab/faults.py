@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
-from agentlab.scenarios import C, CustomerSpec, PlannedCall, Scenario, get_scenario
+from agentlab.scenarios import C, PlannedCall, Scenario, get_scenario
 
 if TYPE_CHECKING:
     from agentlab.lab import EpisodeRun
@@ -145,15 +145,14 @@ def _stray_quote(customer: C, scenario: Scenario) -> C:
 
 @dataclass(frozen=True)
 class OtherTenant(Hallucination):
-    """The model names a customer of another tenant: one the episode creates, so no episode shares it."""
-
-    tenant_id: str = "globex"
+    """The model names a customer of another tenant: one the episode creates, so no episode shares it
+    (:func:`agentlab.tenancy.with_foreign_customer`); told "not found", it sends the right customer."""
 
     def prepare(self, scenario: Scenario, rng: random.Random) -> Scenario:
-        step, index, call = rng.choice(self.targets(scenario))
-        other = len(scenario.customers)
-        scenario = scenario.with_customer(CustomerSpec(self.tenant_id, "Globex Retail", 5000))
-        return scenario.with_call(step, index, args={**call.args, "customer_id": C(other)}, fix=dict(call.args))
+        from agentlab.tenancy import with_foreign_customer
+
+        step, index, _ = rng.choice(self.targets(scenario))
+        return with_foreign_customer(scenario, step, index)
 
 
 @dataclass(frozen=True)
@@ -257,7 +256,8 @@ class LockHolder(Fault):
 SLOW_INSTALLED = "SELECT 1 FROM pg_trigger WHERE tgname = 'chaos_slow_statement' AND tgrelid = 'lax.customers'::regclass"
 SLOW_DDL = """
 CREATE TABLE IF NOT EXISTS public.chaos_slow_customers (customer_id bigint PRIMARY KEY);
-CREATE OR REPLACE FUNCTION public.chaos_slow_statement() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION public.chaos_slow_statement() RETURNS trigger LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, public AS $$  -- fires for the agent role too
 BEGIN
     IF EXISTS (SELECT 1 FROM public.chaos_slow_customers WHERE customer_id = NEW.id) THEN
         -- a marker the fault's controller can see in pg_locks: this customer's statement is now slow

@@ -10,13 +10,16 @@
 - after ``max_rollbacks`` consecutive rolled-back batches the run goes to ``escalate``: the state is
   marked escalated, an event is recorded, and the run ends for a person to take over.
 - an explicit ``recursion_limit`` (:data:`RECURSION_LIMIT`) caps any loop.
+- with an approval policy (:class:`agentlab.approval.ApprovalPolicy`) an ``approve`` node sits between
+  ``agent`` and ``tools``: calls the policy names wait for a person (``interrupt()``); rejected calls
+  are answered there and ``tools`` runs the rest.
+- every node is wrapped by :func:`agentlab.observability.observe_node`: one event per node execution.
 
 Sources: LangGraph docs "Graph API: RetryPolicy", "Persistence", "add_messages".
 """
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
@@ -27,6 +30,7 @@ from langgraph.types import RetryPolicy
 
 from agentlab.errors import NOT_APPLIED_TEMPLATE, ORPHANED_CALL, is_infrastructure
 from agentlab.node import LEDGER_LOOKUP, TransactionalToolsNode, idempotency_key
+from agentlab.observability import observe_node
 from agentlab.tools import result_content, tool_schemas
 
 RECURSION_LIMIT = 60
@@ -88,7 +92,7 @@ async def repair_orphans(messages: list[AnyMessage], pool, thread_id: str) -> li
 
 
 def build_graph(model, node: TransactionalToolsNode, *, checkpointer=None, max_rollbacks: int | None = None,
-                retry_attempts: int = RETRY_ATTEMPTS):
+                retry_attempts: int = RETRY_ATTEMPTS, approval=None):
     """Compile the agent graph.
 
     Args:
@@ -97,6 +101,7 @@ def build_graph(model, node: TransactionalToolsNode, *, checkpointer=None, max_r
         checkpointer: a LangGraph checkpointer (``AsyncPostgresSaver`` in the kit), or None.
         max_rollbacks: consecutive rolled-back batches before escalation (default: the node's safeguards).
         retry_attempts: the tools node's RetryPolicy attempts (the node answers on the last one).
+        approval: an :class:`agentlab.approval.ApprovalPolicy`; adds the ``approve`` node (needs a checkpointer).
     """
     bound = model.bind_tools(tool_schemas())
     limit = max_rollbacks or node.safeguards.max_rollbacks
@@ -105,15 +110,12 @@ def build_graph(model, node: TransactionalToolsNode, *, checkpointer=None, max_r
 
     async def agent(state: AgentState, config: RunnableConfig) -> dict:
         thread_id = str(config.get("configurable", {}).get("thread_id", "default"))
-        t0 = time.perf_counter()
         messages = state["messages"]
         repaired = await repair_orphans(messages, node.pool, thread_id)
         if repaired is not None:
             events.record("agent", "orphans_answered", thread_id=thread_id,
                           detail=f"{len(unanswered_tool_calls(messages))} unanswered tool call(s) answered")
         response = await bound.ainvoke(repaired if repaired is not None else messages)
-        events.record("agent", "tool_calls" if response.tool_calls else "answer", thread_id=thread_id,
-                      latency_ms=round((time.perf_counter() - t0) * 1000, 3))
         if repaired is not None:
             return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *repaired, response]}
         return {"messages": [response]}
@@ -127,17 +129,24 @@ def build_graph(model, node: TransactionalToolsNode, *, checkpointer=None, max_r
 
     async def after_agent(state: AgentState) -> str:  # async: a sync router runs in a thread pool
         last = state["messages"][-1]
-        return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
+        if isinstance(last, AIMessage) and last.tool_calls:
+            return "tools" if approval is None else "approve"
+        return END
 
     async def after_tools(state: AgentState) -> str:
         return "escalate" if state.get("rollbacks", 0) >= limit else "agent"
 
     graph = StateGraph(AgentState)
-    graph.add_node("agent", agent)
-    graph.add_node("tools", node.as_node(), retry_policy=retry_policy(retry_attempts))
-    graph.add_node("escalate", escalate)
+    graph.add_node("agent", observe_node("agent", agent, events))
+    graph.add_node("tools", observe_node("tools", node.as_node(), events), retry_policy=retry_policy(retry_attempts))
+    graph.add_node("escalate", observe_node("escalate", escalate, events))
     graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", after_agent, ["tools", END])
+    if approval is not None:
+        graph.add_node("approve", observe_node("approve", approval.as_node(node.pool), events))
+        graph.add_conditional_edges("agent", after_agent, ["approve", END])
+        graph.add_conditional_edges("approve", approval.route, ["tools", "agent"])
+    else:
+        graph.add_conditional_edges("agent", after_agent, ["tools", END])
     graph.add_conditional_edges("tools", after_tools, ["agent", "escalate"])
     graph.add_edge("escalate", END)
     return graph.compile(checkpointer=checkpointer)

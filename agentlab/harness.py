@@ -4,9 +4,9 @@
 ``keep=True``), opens a business pool (autocommit connections; the node opens its own transaction
 blocks), a separate checkpointer pool (autocommit, ``dict_row``, prepared statements off behind a
 transaction-mode pooler: case C11) with ``AsyncPostgresSaver`` set up once, the fake payment provider
-on its own pool, the outbox worker and the event log. :meth:`Harness.run_episode` plays a scenario
-under a preset and returns an :class:`Episode`; :meth:`Harness.end_state` reads what the database and
-the provider hold for it.
+and the fake notification sink on pools of their own, the outbox worker and the event log.
+:meth:`Harness.run_episode` plays a scenario under a preset and returns an :class:`Episode`;
+:meth:`Harness.end_state` reads what the database and the provider hold for it.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from agentlab.events import EventLog
 from agentlab.graph import build_graph, run_config, unanswered_tool_calls
 from agentlab.model import ScriptedChatModel
 from agentlab.node import TransactionalToolsNode
+from agentlab.notifier import FakeNotifier
 from agentlab.outbox import DrainStats, OutboxWorker
 from agentlab.provider import Clock, FakePaymentProvider, customer_ref
 from agentlab.safeguards import Safeguards, preset
@@ -80,7 +81,8 @@ class Harness:
         self.checkpointer_pool = checkpointer_pool(url, behind_pooler=behind_pooler)
         self.saver: AsyncPostgresSaver | None = None
         self.provider = FakePaymentProvider(url, clock=clock)
-        self.worker = OutboxWorker(self.pool, self.provider)
+        self.notifier = FakeNotifier(url, clock=self.provider.clock)
+        self.worker = OutboxWorker(self.pool, self.provider, notifier=self.notifier)
         self.events = EventLog(self.pool)
 
     @classmethod
@@ -104,6 +106,7 @@ class Harness:
 
     async def close(self) -> None:
         await self.events.flush()
+        await self.notifier.close()
         await self.provider.close()
         await self.checkpointer_pool.close()
         await self.pool.close()
@@ -122,14 +125,26 @@ class Harness:
         """A tools node on this harness's pool, provider and event log."""
         return TransactionalToolsNode(self.pool, safeguards, provider=self.provider, events=self.events)
 
-    def graph(self, safeguards: Safeguards, model, *, checkpointer: bool = True):
-        """The compiled agent graph for ``model`` under ``safeguards``, with the Postgres checkpointer."""
-        return build_graph(model, self.node(safeguards), checkpointer=self.saver if checkpointer else None)
+    def graph(self, safeguards: Safeguards, model, *, checkpointer: bool = True, approval=None):
+        """The compiled agent graph for ``model`` under ``safeguards``, with the Postgres checkpointer
+        (and an approval step when ``approval``, an :class:`agentlab.approval.ApprovalPolicy`, is given)."""
+        return build_graph(model, self.node(safeguards), checkpointer=self.saver if checkpointer else None,
+                           approval=approval)
 
     async def create_customers(self, scenario: Scenario, safeguards: Safeguards) -> list[int]:
         """The scenario's customers, new rows in the schema ``safeguards`` writes to."""
         async with self.pool.connection() as conn:
             return await create_customers(conn, scenario.customers, safeguards.schema)
+
+    async def df(self, query: str, params: Any = ()):
+        """Rows of ``query`` on this database as a pandas DataFrame (for notebooks and reports)."""
+        import pandas as pd
+
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(query, params)
+            rows = await cur.fetchall()
+            columns = [d.name for d in cur.description] if cur.description else []
+        return pd.DataFrame(rows, columns=columns)
 
     # ------------------------------------------------------------------ episodes
 

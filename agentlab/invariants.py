@@ -23,8 +23,9 @@ Violation kinds (:data:`KINDS`), each with one line on what it means:
 ``ledger_mismatch``      (ledger on) a ledger row whose call the model was not told was applied, or
                          an applied call without its ledger row
 ``half_applied_batch``   (atomic policy) a batch whose answers mix applied and not applied calls
-``cross_tenant_effect``  a row, balance change or payment for a customer of another tenant than the
-                         thread's (the tenant comes from the run's config, never from the model)
+``cross_tenant_effect``  a row, payment intent, payment, balance change or answered read for a customer
+                         of another tenant than the thread's (the tenant comes from the run's config,
+                         never from the model): :func:`agentlab.tenancy.cross_tenant_effects`
 =======================  =====================================================================
 
 A record's identity is its natural key (customer and billing period for an invoice, customer and
@@ -48,6 +49,7 @@ from agentlab.model import classify
 from agentlab.provider import customer_ref
 from agentlab.safeguards import Policy, Safeguards
 from agentlab.scenarios import Intended, Scenario
+from agentlab.tenancy import CrossTenantEffect, cross_tenant_effects
 
 KINDS: tuple[str, ...] = (
     "duplicate_invoice", "negative_balance", "balance_mismatch", "record_count", "payment_count",
@@ -194,15 +196,22 @@ async def check_episode(pool, ep, scenario: Scenario, safeguards: Safeguards) ->
     """Every violation of episode ``ep`` (an :class:`agentlab.harness.Episode`) of ``scenario``
     under ``safeguards``, from the database, the provider's records and ``ep.messages``."""
     records, ledger = await read_records(pool, ep.schema, ep.customer_ids, ep.thread_id)
-    return check_state(ep, scenario, safeguards, records, ledger if safeguards.ledger else None)
+    opening = {cid: spec.credit_cents for cid, spec in zip(ep.customer_ids, scenario.customers)}
+    async with pool.connection() as conn:
+        foreign = await cross_tenant_effects(conn, ep.schema, ep.tenant_id, ep.customer_ids, messages=ep.messages,
+                                             opening_credit_cents=opening)
+    return check_state(ep, scenario, safeguards, records, ledger if safeguards.ledger else None, foreign)
 
 
 def check_state(ep, scenario: Scenario, safeguards: Safeguards, records: dict[int, CustomerRecords],
-                ledger: set[str] | None) -> list[Violation]:
-    """The checks of :func:`check_episode` on records already read (pure; tests feed it broken states)."""
+                ledger: set[str] | None, cross_tenant: Iterable[CrossTenantEffect] = ()) -> list[Violation]:
+    """The checks of :func:`check_episode` on what was already read (pure; tests feed it broken states)."""
     tid = ep.thread_id
     out = check_messages(ep.messages, tid, safeguards)
-    out += _state_checks(tid, ep.customer_ids, ep.tenant_id, scenario, records)
+    out += _state_checks(tid, ep.customer_ids, scenario, records)
+    out += [Violation("cross_tenant_effect", tid, f"customer {e.customer_id} of tenant {e.customer_tenant} "
+                      f"(thread tenant {ep.tenant_id}): {e.rows} {e.kind}" + (f", {e.detail}" if e.detail else ""))
+            for e in cross_tenant]
     out += _effect_checks(tid, ep.customer_ids, ep.messages, records)
     if ledger is not None:
         applied = {tc["id"] for tc in applied_calls(ep.messages)}
@@ -217,8 +226,7 @@ def _at(values: tuple[int, ...], pos: int) -> int | None:
     return values[pos] if pos < len(values) else None
 
 
-def _state_checks(tid: str, ids: list[int], tenant_id: str, scenario: Scenario,
-                  records: dict[int, CustomerRecords]) -> list[Violation]:
+def _state_checks(tid: str, ids: list[int], scenario: Scenario, records: dict[int, CustomerRecords]) -> list[Violation]:
     out: list[Violation] = []
     want: Intended = scenario.intended
     for pos, cid in enumerate(ids):
@@ -247,16 +255,6 @@ def _state_checks(tid: str, ids: list[int], tenant_id: str, scenario: Scenario,
         if r.dangling_memos:
             out.append(Violation("dangling_reference", tid,
                                  f"customer {cid}: {r.dangling_memos} credit memo(s) name a missing invoice"))
-        if r.tenant_id != tenant_id:
-            opening = scenario.customers[pos].credit_cents if pos < len(scenario.customers) else r.credit_cents
-            touched = [f"{len(v)} {k}" for k, v in (("invoices", r.invoices), ("credit memos", r.credit_memos),
-                                                     ("refunds", r.refunds)) if v]
-            touched += [f"{n} {k}" for k, n in (("charges", r.charges), ("provider refunds", r.provider_refunds)) if n]
-            if r.credit_cents != opening:
-                touched.append(f"balance {opening} -> {r.credit_cents}")
-            if touched:
-                out.append(Violation("cross_tenant_effect", tid, f"customer {cid} of tenant {r.tenant_id} "
-                                     f"(thread tenant {tenant_id}): {', '.join(touched)}"))
     return out
 
 

@@ -5,7 +5,9 @@ Under the ``full`` preset a batch (the tool calls of one ``AIMessage``) runs lik
 1. every call is validated first (unknown tool, duplicate id, argument model); under the atomic
    policy one invalid call means no SQL is sent at all;
 2. one short transaction, opened now and committed before control returns to the model:
-   ``pg_advisory_xact_lock`` on the thread, ``statement_timeout`` / ``lock_timeout`` set locally;
+   ``pg_advisory_xact_lock`` on the thread, ``statement_timeout`` / ``lock_timeout`` set locally, and
+   the least-privilege agent role and the thread's tenant (from the graph config) set locally, so
+   row-level security shows the tools only that tenant's rows (:mod:`agentlab.tenancy`);
 3. one ledger look-up for the whole batch: a call whose idempotency key ``thread_id:tool_call_id``
    is stored returns the stored result instead of running again (node retry, resume after a crash);
 4. per call a SAVEPOINT (psycopg's nested ``conn.transaction()``) holding the call's SQL and its
@@ -41,7 +43,7 @@ from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
@@ -52,6 +54,7 @@ from agentlab.errors import (
 from agentlab.events import EventLog
 from agentlab.safeguards import Policy, Safeguards
 from agentlab.schema import STRICT_SCHEMA
+from agentlab.tenancy import isolation_prelude, require_tenant
 from agentlab.tools import ToolContext, ToolSpec, get_tool, result_content
 
 LEDGER_LOOKUP = "SELECT idempotency_key, result FROM tool_executions WHERE idempotency_key = ANY(%s)"
@@ -218,8 +221,11 @@ class TransactionalToolsNode:
         return calls, failed
 
     def _prelude(self, thread_id: str, tenant_id: str | None) -> tuple[str, list[Any]] | None:
-        """One SELECT that sets the batch's local settings and takes the thread's advisory lock."""
+        """One SELECT that sets the batch's local settings and takes the thread's advisory lock; under
+        isolation it first switches to the agent role and the thread's tenant (:mod:`agentlab.tenancy`)."""
         sg, parts, params = self.safeguards, [], []
+        if sg.isolation:
+            parts, params = isolation_prelude(tenant_id)
         if sg.schema != STRICT_SCHEMA:
             parts.append("set_config('search_path', %s, true)")
             params.append(f"{sg.schema}, public")
@@ -242,8 +248,11 @@ class TransactionalToolsNode:
         Raises:
             Exception: an infrastructure error (see :func:`agentlab.errors.is_infrastructure`) unless
                 ``final_attempt``; the batch is then rolled back and the graph retries the node.
+            agentlab.tenancy.TenantRequired: isolation is on and ``tenant_id`` is missing (before any SQL).
         """
         sg = self.safeguards
+        if sg.isolation:
+            require_tenant(tenant_id)
         calls, results = self._prepare(tool_calls)
         runnable = [c for c in calls if c.index not in results]
         rolled_back = False
@@ -279,7 +288,7 @@ class TransactionalToolsNode:
         for r in ordered:
             tr = r.translation
             self.events.record(
-                "tools", r.outcome.value, thread_id=thread_id, tool_name=r.tool, tool_call_id=r.call_id,
+                "tools", r.outcome.value, kind="call", thread_id=thread_id, tool_name=r.tool, tool_call_id=r.call_id,
                 category=r.category, sqlstate=tr.sqlstate if tr else None, error_class=tr.error_class if tr else None,
                 detail=tr.detail if tr else None, attempt=attempt, latency_ms=round(r.latency_ms, 3),
             )
@@ -423,15 +432,23 @@ class TransactionalToolsNode:
 
     def as_node(self) -> Callable:
         """The LangGraph node function: reads the last AIMessage's tool calls, writes ToolMessages and
-        the rollback counters. The thread id (and tenant) come from ``config["configurable"]``."""
+        the rollback counters. The thread id (and tenant) come from ``config["configurable"]``.
+
+        Calls already answered by a ToolMessage after that AIMessage (a reviewer's rejection, see
+        :mod:`agentlab.approval`) are skipped: each tool call id gets exactly one ToolMessage."""
 
         async def tools(state: dict, config: RunnableConfig, runtime: Runtime) -> dict:
-            last = state["messages"][-1]
+            messages = state["messages"]
+            at = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AIMessage)), None)
+            tool_calls = messages[at].tool_calls if at is not None else []
+            if at is not None and at < len(messages) - 1:  # some calls were answered already (rejected)
+                answered = {m.tool_call_id for m in messages[at + 1:] if isinstance(m, ToolMessage)}
+                tool_calls = [tc for tc in tool_calls if tc.get("id") not in answered]
             conf = config.get("configurable", {})
             info = getattr(runtime, "execution_info", None)
             attempt = getattr(info, "node_attempt", 1) or 1
             batch = await self.run_batch(
-                getattr(last, "tool_calls", []) or [], thread_id=str(conf.get("thread_id", "default")),
+                tool_calls, thread_id=str(conf.get("thread_id", "default")),
                 tenant_id=conf.get("tenant_id"), attempt=attempt, final_attempt=attempt >= self.max_attempts,
             )
             return {

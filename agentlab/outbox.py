@@ -9,8 +9,12 @@ intent exists if and only if the batch committed. The worker then, per round, in
 3. otherwise calls the provider with the row's dedupe key as idempotency key and the row's payload
    as the body, identical on every retry; no key is ever minted here;
 4. marks the row ``dispatched``; on a timeout counts the attempt and backs off (capped,
-   exponential); after ``max_attempts``, or at once on "same key, other parameters", parks the row
-   as ``dead_letter`` for a person.
+   exponential); after ``max_attempts``, or at once on "same key, other parameters" or a topic it
+   does not know, parks the row as ``dead_letter`` for a person.
+
+Topics: ``payment.charge`` and ``payment.refund`` go to the payment provider; ``notify.email`` goes
+to the notification sink (:mod:`agentlab.notifier`), which has no idempotency keys at all, so the
+look-up by reference in step 2 is the only thing that keeps a message to one delivery.
 
 Sources: PostgreSQL "SELECT ... FOR UPDATE SKIP LOCKED" (SQL Commands, SELECT, The Locking Clause);
 Stripe "Idempotent requests".
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 import asyncio
 
 from agentlab.errors import ProviderError
+from agentlab.notifier import NOTIFY_TOPIC, FakeNotifier
 from agentlab.provider import FakePaymentProvider, IdempotencyConflict
 from agentlab.tools import CHARGE_TOPIC, REFUND_TOPIC
 
@@ -77,12 +82,17 @@ class WorkerHooks:
     after_provider_call: list[Callable[[int], Awaitable[None] | None]] = field(default_factory=list)
 
 
+class UnknownTopic(Exception):
+    """Raised when an outbox row names a topic no dispatcher handles; the row is parked."""
+
+
 class OutboxWorker:
-    """Dispatches outbox rows to the provider.
+    """Dispatches outbox rows to the provider (payments) and the notification sink (``notify.email``).
 
     Args:
         pool: an ``AsyncConnectionPool`` on the kit's database (autocommit connections).
         provider: the payment provider.
+        notifier: the notification sink; without one, ``notify.email`` rows are parked.
         max_attempts: attempts before a row is parked as ``dead_letter``.
         backoff_s / backoff_cap_s: first retry delay and its cap, in seconds (doubling per attempt).
         batch_size: rows claimed per round.
@@ -91,9 +101,11 @@ class OutboxWorker:
     """
 
     def __init__(self, pool, provider: FakePaymentProvider, *, max_attempts: int = 5, backoff_s: float = 0.02,
-                 backoff_cap_s: float = 2.0, batch_size: int = 20, thread_id: str | None = None):
+                 backoff_cap_s: float = 2.0, batch_size: int = 20, notifier: FakeNotifier | None = None,
+                 thread_id: str | None = None):
         self.pool = pool
         self.provider = provider
+        self.notifier = notifier
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
         self.backoff_cap_s = backoff_cap_s
@@ -113,23 +125,18 @@ class OutboxWorker:
 
     async def _dispatch(self, conn, row_id, topic, payload, key, attempts, stats: DrainStats) -> None:
         try:
-            existing = await self.provider.find_by_reference(key)
-            if existing:
-                found = existing[0]
-                if found["amount_cents"] != payload["amount_cents"]:
-                    raise IdempotencyConflict("a payment with this reference exists with other parameters")
-                ref, stats.reconciled = found["id"], stats.reconciled + 1
+            if topic == NOTIFY_TOPIC and self.notifier is not None:
+                ref, found = await self._notify(payload, key)
+            elif topic in (CHARGE_TOPIC, REFUND_TOPIC):
+                ref, found = await self._pay(topic, payload, key)
             else:
-                call = self.provider.create_charge if topic == CHARGE_TOPIC else self.provider.create_refund
-                if topic not in (CHARGE_TOPIC, REFUND_TOPIC):
-                    raise ValueError(f"unknown outbox topic {topic!r}")
-                resp = await call(payload["customer_id"], payload["amount_cents"], idempotency_key=key, reference=key)
-                ref = resp["id"]
+                raise UnknownTopic(f"no dispatcher for outbox topic {topic!r}")
+            stats.reconciled += found
             for hook in self.hooks.after_provider_call:
                 result = hook(row_id)
                 if result is not None:
                     await result
-        except IdempotencyConflict as exc:
+        except (IdempotencyConflict, UnknownTopic) as exc:
             log.error("outbox row %s parked: %s", row_id, exc)
             await conn.execute(MARK_DEAD, (f"parked for a human: {exc}", row_id))
             stats.dead_lettered += 1
@@ -145,6 +152,27 @@ class OutboxWorker:
             return
         await conn.execute(MARK_DISPATCHED, (ref, row_id))
         stats.dispatched += 1
+
+    async def _pay(self, topic: str, payload: dict, key: str) -> tuple[str, bool]:
+        """Charge or refund once: the payment found by reference, else a new one under the row's key."""
+        existing = await self.provider.find_by_reference(key)
+        if existing:
+            found = existing[0]
+            if found["amount_cents"] != payload["amount_cents"]:
+                raise IdempotencyConflict("a payment with this reference exists with other parameters")
+            return found["id"], True
+        call = self.provider.create_charge if topic == CHARGE_TOPIC else self.provider.create_refund
+        resp = await call(payload["customer_id"], payload["amount_cents"], idempotency_key=key, reference=key)
+        return resp["id"], False
+
+    async def _notify(self, payload: dict, key: str) -> tuple[str, bool]:
+        """Send a message once: the message found by reference, else a new delivery under the row's key."""
+        existing = await self.notifier.find_by_reference(key)
+        if existing:
+            return existing[0]["id"], True
+        resp = await self.notifier.send(payload["to"], payload["subject"], payload["body"], reference=key,
+                                        corrects=payload.get("corrects"))
+        return resp["id"], False
 
     async def drain(self, *, timeout_s: float = 30.0) -> DrainStats:
         """Run rounds until no pending row is left (waiting out back-offs), or ``timeout_s`` passes."""

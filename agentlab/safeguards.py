@@ -26,7 +26,8 @@ class Safeguards:
     """The switches of one run. Durations are in milliseconds, as PostgreSQL's settings take them.
 
     Raises:
-        ValueError: on a combination that cannot exist (savepoints or a ledger without a transaction).
+        ValueError: on a combination that cannot exist (savepoints or a ledger without a transaction;
+            isolation without the strict schema or without a transaction).
     """
 
     constraints: bool = True  # CHECK / UNIQUE / FOREIGN KEY in the schema (else the ``lax`` copy)
@@ -39,6 +40,7 @@ class Safeguards:
     sanitize: bool = True  # model-facing errors from the translator (else raw exception text)
     lock: bool = True  # pg_advisory_xact_lock per thread
     timeouts: bool = True  # SET LOCAL statement_timeout / lock_timeout
+    isolation: bool = True  # tool SQL runs as the least-privilege agent role, rows limited to the thread's tenant
     max_rollbacks: int = 3  # consecutive rolled-back batches before escalation to a human
     statement_timeout_ms: int = 2000
     lock_timeout_ms: int = 300
@@ -47,6 +49,12 @@ class Safeguards:
     def __post_init__(self) -> None:
         if not self.transaction and (self.savepoints or self.ledger):
             raise ValueError("savepoints and the ledger need a transaction (transaction=True)")
+        if self.isolation and not (self.constraints and self.transaction):
+            raise ValueError(
+                "isolation needs constraints=True (row-level security lives on the strict tables, not the lax "
+                "copy) and transaction=True (the role and the tenant are set locally in the batch transaction); "
+                "or pass isolation=False"
+            )
         if self.max_rollbacks < 1:
             raise ValueError("max_rollbacks must be at least 1")
         object.__setattr__(self, "policy", Policy(self.policy))
@@ -69,7 +77,7 @@ class Safeguards:
 
 _NAIVE = Safeguards(
     constraints=False, validation=False, transaction=False, savepoints=False, policy=Policy.PARTIAL,
-    ledger=False, outbox=False, sanitize=False, lock=False, timeouts=False, name="naive",
+    ledger=False, outbox=False, sanitize=False, lock=False, timeouts=False, isolation=False, name="naive",
 )
 
 PRESETS: dict[str, Safeguards] = {
@@ -97,7 +105,8 @@ PRESET_NOTES: dict[str, str] = {
     "savepoints": "adds a savepoint per call: each failure is attributed to its call and nothing is reported "
     "applied before COMMIT.",
     "ledger": "adds the idempotency ledger: a node retry or resume after a crash replays stored results.",
-    "full": "adds the outbox, sanitized errors, an advisory lock per thread and timeouts: the seed's pattern.",
+    "full": "adds the outbox, sanitized errors, an advisory lock per thread, timeouts, and tenant isolation "
+    "(a least-privilege role, row-level security by tenant): the seed's pattern.",
 }
 
 

@@ -109,16 +109,6 @@ class Scenario:
         steps.insert(len(steps) if at is None else at, tuple(calls))
         return dataclasses.replace(self, steps=tuple(steps))
 
-    def with_customer(self, spec: CustomerSpec) -> "Scenario":
-        """A copy with one more customer, whose intended end state is to be left untouched:
-        balance unchanged, no records, no payments. ``C(len(customers))`` refers to it."""
-        i = self.intended
-        intended = Intended(
-            final_credit_cents=(*i.final_credit_cents, spec.credit_cents),
-            **{f: (*getattr(i, f), 0) if getattr(i, f) else () for f in _COUNT_FIELDS},
-        )
-        return dataclasses.replace(self, customers=(*self.customers, spec), intended=intended)
-
     def clean(self) -> "Scenario":
         """A copy without the scripted hallucinations: every call sends its corrected arguments first.
 
@@ -134,9 +124,6 @@ class Scenario:
         """``(step, index, call)`` for every planned call (of ``tool`` only, when given), in order."""
         return [(s, k, c) for s, step in enumerate(self.steps) for k, c in enumerate(step)
                 if tool is None or c.tool == tool]
-
-
-_COUNT_FIELDS = ("invoices", "credit_memos", "refunds", "provider_charges", "provider_refunds")
 
 
 REFUND = Scenario(
@@ -243,6 +230,7 @@ def get_scenario(name: str) -> Scenario:
         raise ValueError(f"unknown scenario {name!r}; choose one of: {', '.join(SCENARIOS)}") from None
 
 
+INSERT_CUSTOMER = "INSERT INTO {schema}.customers (tenant_id, name, credit_cents) VALUES (%s, %s, %s) RETURNING id"
 INSERT_CUSTOMERS = """
 INSERT INTO {schema}.customers (tenant_id, name, credit_cents)
 SELECT t, n, c FROM unnest(%s::text[], %s::text[], %s::bigint[]) WITH ORDINALITY AS u(t, n, c, pos)

@@ -24,11 +24,15 @@ an unknown key (``amout_cents``)       rejected (``extra="forbid"``), and the mi
 
 Handlers take the caller's connection and never commit: the node owns the transaction. They use
 unqualified table names, so the node's ``search_path`` picks the strict or the lax schema. The
-tenant of a written row is taken from the customer row in the database, never from the model.
+tenant of a written row is taken from the customer row in the database, never from the model. Under
+tenant isolation (:mod:`agentlab.tenancy`) another tenant's customer is invisible to that SQL, so a
+call naming it gets the same "no customer has this id" as an id that does not exist.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -357,9 +361,17 @@ def get_tool(name: Any) -> ToolSpec:
     return spec
 
 
-def tool_schemas() -> list[type[BaseModel]]:
-    """The argument models to pass to ``bind_tools`` (LangChain reads name and description from them)."""
-    return [spec.args_model for spec in TOOLS.values()]
+def tool_schemas() -> list[dict]:
+    """The tools in OpenAI function format for ``bind_tools``, converted once from the argument models
+    (LangChain reads each name and description from its model). A list of new dicts per call."""
+    return copy.deepcopy(_openai_schemas(tuple(TOOLS)))
+
+
+@functools.lru_cache(maxsize=8)
+def _openai_schemas(names: tuple[str, ...]) -> list[dict]:
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    return [convert_to_openai_tool(TOOLS[n].args_model) for n in names]
 
 
 def result_content(result: dict) -> str:

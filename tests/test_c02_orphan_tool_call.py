@@ -73,7 +73,7 @@ async def test_c02_orphan_that_committed_is_answered_with_its_stored_result(harn
     """The orphan's batch had committed before the crash: the ledger's result answers it, nothing runs twice."""
     node = harness.node(preset("full"))
     first = await node.run_batch([{"name": "ApplyCredit", "args": {"customer_id": 2, "amount_cents": 300},
-                                   "id": "call_a", "type": "tool_call"}], thread_id="t-c02-b")
+                                   "id": "call_a", "type": "tool_call"}], thread_id="t-c02-b", tenant_id="acme")
     graph, model, config = await checkpointed_thread(harness, "t-c02-b", 2)
     await graph.ainvoke({"messages": [HumanMessage("Anything else to do?")]}, config)
 

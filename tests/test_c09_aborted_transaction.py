@@ -42,7 +42,7 @@ async def state(harness, customer_id: int):
 async def test_c09_without_savepoints_the_third_call_is_not_blamed(harness):
     await with_existing_invoice(harness, 1)
     before = await state(harness, 1)
-    result = await harness.node(preset("transaction")).run_batch(batch(1), thread_id="t-c09-a")
+    result = await harness.node(preset("transaction")).run_batch(batch(1), thread_id="t-c09-a", tenant_id="acme")
 
     first, second, third = result.results
     assert second.outcome is Outcome.FAILED
@@ -59,7 +59,7 @@ async def test_c09_without_savepoints_the_third_call_is_not_blamed(harness):
 async def test_c09_with_savepoints_one_failed_two_not_applied_database_unchanged(harness):
     await with_existing_invoice(harness, 1)
     before = await state(harness, 1)
-    result = await harness.node(preset("full")).run_batch(batch(1), thread_id="t-c09-b")
+    result = await harness.node(preset("full")).run_batch(batch(1), thread_id="t-c09-b", tenant_id="acme")
 
     assert [r.outcome for r in result.results] == [Outcome.NOT_APPLIED, Outcome.FAILED, Outcome.NOT_APPLIED]
     failed = result.results[1]

@@ -109,10 +109,11 @@ async def test_unique_violation_repeats_a_natural_key(lab, harness):
 
 
 async def test_fk_violation_names_an_invoice_that_does_not_exist(lab, harness):
-    run = await lab.run("fk_violation", "full", scenario="refund")
+    run = await lab.run("fk_violation", "ledger", scenario="refund")  # constraints on, no tenant isolation
     invented = sent_args(run, "CreateCreditMemo")[0]["invoice_id"]
     assert await scalar(harness, "SELECT count(*) FROM invoices WHERE id = %s", (invented,)) == 0
     assert "23503" in await sqlstates(harness, run.episode.thread_id)
+    assert (await lab.run("fk_violation", "full", scenario="refund")).violations == []
     naive = await lab.run("fk_violation", "naive", scenario="refund")
     cid = naive.episode.customer_ids[0]
     assert await fetch(harness, "SELECT invoice_id FROM lax.credit_memos WHERE customer_id = %s", (cid,)) == [

@@ -143,7 +143,7 @@ async def snapshot(h: Harness) -> tuple:
 
 async def run_one(h: Harness, node, calls: list[dict], thread_id: str) -> None:
     before = await snapshot(h)
-    result = await node.run_batch(calls, thread_id=thread_id, final_attempt=True)  # raises: the test fails
+    result = await node.run_batch(calls, thread_id=thread_id, tenant_id="acme", final_attempt=True)  # raises: fails
 
     distinct = list(dict.fromkeys(str(c.get("id") or "") for c in calls))
     assert [r.call_id for r in result.results] == distinct, "one answer per distinct call id, in call order"
@@ -204,7 +204,7 @@ async def test_a_call_id_postgres_cannot_store_is_refused_not_raised(harness):
     for bad in ("a\x00b", "\ud800"):
         calls = [{"name": "LookupCustomer", "args": {"customer_id": 1}, "id": bad, "type": "tool_call"},
                  {"name": "ApplyCredit", "args": {"customer_id": 1, "amount_cents": 100}, "id": "ok", "type": "tool_call"}]
-        result = await node.run_batch(calls, thread_id="t-bad-id")
+        result = await node.run_batch(calls, thread_id="t-bad-id", tenant_id="acme")
         assert [r.outcome for r in result.results] == [Outcome.FAILED, Outcome.NOT_APPLIED]
         assert "cannot be stored" in result.results[0].content
     async with harness.pool.connection() as conn:

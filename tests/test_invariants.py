@@ -13,7 +13,8 @@ from agentlab.errors import NOT_APPLIED_TEMPLATE, BATCH_ROLLED_BACK
 from agentlab.harness import Episode
 from agentlab.invariants import KINDS, CustomerRecords, check_episode, check_state, count_by_kind
 from agentlab.safeguards import preset
-from agentlab.scenarios import CustomerSpec, get_scenario
+from agentlab.scenarios import get_scenario
+from agentlab.tenancy import CrossTenantEffect, with_foreign_customer
 from conftest import fetch
 
 REFUND = get_scenario("refund").clean()  # memo RMA-1042, deduct 2500 of 5000, refund RMA-1042
@@ -139,12 +140,23 @@ def test_a_half_applied_batch_counts_under_the_atomic_policy_only():
 
 
 def test_an_effect_on_another_tenants_customer():
-    scenario = REFUND.with_customer(CustomerSpec("globex", "Globex Retail", 5000))
+    scenario = with_foreign_customer(REFUND, 0, 1)  # ApplyCredit names a customer of another tenant
     other = 202
     records = {**clean_records(), other: CustomerRecords(other, "globex", 2500, (), (), 0, (), 0, 0)}
-    got = kinds(ep=episode(ids=(CID, other)), records=records, scenario=scenario)
+    effect = CrossTenantEffect(other, "globex", "credit_change", 1, "credit 5000 -> 2500 cents")
+    sg = preset("full")
+    got = count_by_kind(check_state(episode(ids=(CID, other)), scenario, sg, records, {"m1", "a1", "r1"}, [effect]))
     assert got["cross_tenant_effect"] == 1
     assert got["balance_mismatch"] == 1  # the other customer was to be left untouched
+
+
+async def test_the_checker_reads_cross_tenant_effects_from_the_database(harness):
+    from agentlab.lab import Lab
+
+    async with Lab(harness) as lab:
+        run = await lab.run("other_tenant_id", "ledger", scenario="refund")  # no tenant isolation below full
+    kinds = [v for v in run.violations if v.kind == "cross_tenant_effect"]
+    assert len(kinds) == 1 and "credit_change" in kinds[0].detail
 
 
 def test_every_kind_has_a_test_above():

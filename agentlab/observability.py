@@ -1,0 +1,230 @@
+"""Observability: one structured event per node execution, a run's events as a DataFrame, a timeline.
+
+:func:`observe_node` wraps a LangGraph node function. Every execution of the node (each retry
+attempt, and each re-execution on resume) leaves exactly one event of kind ``node`` with the thread,
+the node, the attempt (``runtime.execution_info.node_attempt``), the super-step (``langgraph_step``
+from the config's metadata), the start time, the latency in milliseconds, the outcome (``ok``,
+``error`` or ``interrupted``), the error class and, where the model reports them
+(``AIMessage.usage_metadata``), input and output token counts. The event goes to the
+``agentlab.events`` logger at once and to the ``events`` table with the next flush.
+
+An interrupt is not an error: ``interrupt()`` raises ``GraphInterrupt`` (a ``GraphBubbleUp``), which
+the wrapper records as ``interrupted`` and re-raises unchanged, so LangGraph sees exactly what the
+node raised. Any other exception is recorded as ``error`` and re-raised unchanged too, so the
+graph's RetryPolicy decides as before.
+
+The tools node keeps its own events of kind ``call`` (one per tool call) and ``note``; node
+executions are counted from ``node`` events only (see :mod:`agentlab.events`), so nothing is
+counted twice.
+
+Sources: LangGraph docs "Interrupts" (a node re-executes from its start on resume), "Graph API:
+RetryPolicy", "Runtime" (``execution_info``); LangChain ``UsageMetadata``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.errors import GraphBubbleUp, GraphInterrupt
+from langgraph.runtime import Runtime
+
+from agentlab.events import EventLog
+
+OK = "ok"
+ERROR = "error"
+INTERRUPTED = "interrupted"
+
+RUN_EVENTS = """
+SELECT id, kind, node, outcome, step, attempt, started_at, latency_ms, input_tokens, output_tokens,
+       tool_name, tool_call_id, category, sqlstate, error_class, detail, created_at
+FROM events WHERE thread_id = %s AND (%s::text IS NULL OR kind = %s) ORDER BY id
+"""
+EVENT_FRAME_COLUMNS = (
+    "id", "kind", "node", "outcome", "step", "attempt", "started_at", "latency_ms", "input_tokens",
+    "output_tokens", "tool_name", "tool_call_id", "category", "sqlstate", "error_class", "detail", "created_at",
+)
+OUTCOME_COLORS = {OK: "tab:green", ERROR: "tab:red", INTERRUPTED: "tab:orange"}
+
+
+def _tokens(output: Any) -> tuple[int | None, int | None]:
+    """Input and output tokens summed over the AIMessages a node returned (None when none reports them)."""
+    messages = output.get("messages", []) if isinstance(output, dict) else []
+    usages = [m.usage_metadata for m in messages if isinstance(m, AIMessage) and m.usage_metadata]
+    if not usages:
+        return None, None
+    return sum(u.get("input_tokens", 0) for u in usages), sum(u.get("output_tokens", 0) for u in usages)
+
+
+def _summary(output: Any) -> str | None:
+    """A short, id-free account of what a node returned (``"3 tool call(s)"``, ``"answer"``, ...)."""
+    if not isinstance(output, dict):
+        return type(output).__name__ if output is not None else None
+    messages = output.get("messages", [])
+    if "messages" in output and not messages:
+        return "no messages"
+    calls = sum(len(m.tool_calls) for m in messages if isinstance(m, AIMessage))
+    tool_messages = sum(isinstance(m, ToolMessage) for m in messages)
+    if calls:
+        return f"{calls} tool call(s)"
+    if any(isinstance(m, AIMessage) for m in messages):
+        return "answer"
+    if tool_messages:
+        return f"{tool_messages} tool message(s)"
+    return ", ".join(sorted(output)) or None
+
+
+def observe_node(name: str, fn: Callable, events: EventLog) -> Callable:
+    """Wrap node function ``fn`` so each execution records one ``node`` event under ``name``.
+
+    ``fn`` may take ``(state)``, ``(state, config)``, ``(state, runtime)`` or all three, sync or async;
+    the wrapper passes what it declares. Exceptions, ``GraphInterrupt`` included, pass through unchanged.
+    """
+    params = inspect.signature(fn).parameters
+    wants_config, wants_runtime = "config" in params, "runtime" in params
+
+    async def node(state: dict, config: RunnableConfig, runtime: Runtime) -> Any:
+        kwargs: dict[str, Any] = {}
+        if wants_config:
+            kwargs["config"] = config
+        if wants_runtime:
+            kwargs["runtime"] = runtime
+        info = getattr(runtime, "execution_info", None)
+        fields = {
+            "kind": "node",
+            "thread_id": str((config.get("configurable") or {}).get("thread_id", "default")),
+            "attempt": getattr(info, "node_attempt", 1) or 1,
+            "step": (config.get("metadata") or {}).get("langgraph_step"),
+            "started_at": datetime.now(timezone.utc),
+        }
+        t0 = time.perf_counter()
+        try:
+            output = fn(state, **kwargs)
+            if inspect.isawaitable(output):
+                output = await output
+        except GraphBubbleUp as exc:
+            outcome = INTERRUPTED if isinstance(exc, GraphInterrupt) else type(exc).__name__
+            events.record(name, outcome, latency_ms=_ms(t0), **fields)
+            raise
+        except BaseException as exc:
+            events.record(name, ERROR, latency_ms=_ms(t0), error_class=_qualname(exc),
+                          sqlstate=getattr(exc, "sqlstate", None), detail=_error_detail(exc), **fields)
+            raise
+        input_tokens, output_tokens = _tokens(output)
+        events.record(name, OK, latency_ms=_ms(t0), detail=_summary(output), input_tokens=input_tokens,
+                      output_tokens=output_tokens, **fields)
+        await events.maybe_flush()
+        return output
+
+    node.__name__ = name
+    node.__doc__ = fn.__doc__
+    return node
+
+
+def _ms(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000, 3)
+
+
+def _qualname(exc: BaseException) -> str:
+    return f"{type(exc).__module__}.{type(exc).__qualname__}"
+
+
+def _error_detail(exc: BaseException) -> str:
+    from agentlab.db import redact
+
+    return redact(f"{_qualname(exc)}: {exc}")[:2000]
+
+
+# --------------------------------------------------------------------------- reading a run back
+
+
+async def run_events(source, thread_id: str, *, kind: str | None = None):
+    """A thread's events as a pandas DataFrame, oldest first (columns :data:`EVENT_FRAME_COLUMNS`).
+
+    Args:
+        source: a :class:`agentlab.harness.Harness` (its buffered events are flushed first) or a pool.
+        thread_id: the run's thread.
+        kind: ``"node"``, ``"call"`` or ``"note"`` to keep one kind; None for all.
+    """
+    import pandas as pd
+
+    pool = getattr(source, "pool", source)
+    events = getattr(source, "events", None)
+    if events is not None:
+        await events.flush()
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(RUN_EVENTS, (thread_id, kind, kind))).fetchall()
+    frame = pd.DataFrame(rows, columns=list(EVENT_FRAME_COLUMNS))
+    for column in ("step", "attempt", "input_tokens", "output_tokens"):
+        frame[column] = frame[column].astype("Int64")
+    frame["latency_ms"] = frame["latency_ms"].astype("float64")
+    return frame
+
+
+def node_summary(frame):
+    """Per node: executions, errors, interrupts, total and mean latency (ms), tokens in and out."""
+    import pandas as pd
+
+    nodes = frame[frame["kind"] == "node"]
+    if nodes.empty:
+        return pd.DataFrame(columns=["executions", "errors", "interrupts", "latency_ms_total", "latency_ms_mean",
+                                     "input_tokens", "output_tokens"])
+    grouped = nodes.groupby("node", sort=False)
+    return pd.DataFrame({
+        "executions": grouped.size(),
+        "errors": grouped["outcome"].apply(lambda s: int((s == ERROR).sum())),
+        "interrupts": grouped["outcome"].apply(lambda s: int((s == INTERRUPTED).sum())),
+        "latency_ms_total": grouped["latency_ms"].sum().round(3),
+        "latency_ms_mean": grouped["latency_ms"].mean().round(3),
+        "input_tokens": grouped["input_tokens"].sum(min_count=1),
+        "output_tokens": grouped["output_tokens"].sum(min_count=1),
+    })
+
+
+def timeline_chart(frame, *, ax=None, title: str | None = None):
+    """A Gantt-style timeline of a run's node executions; returns the matplotlib Figure.
+
+    One bar per ``node`` event: it starts at the node's start time and is as long as its latency,
+    both in milliseconds since the first node of the run started; the colour is the outcome (green
+    ok, red error, orange interrupted); the label is the attempt and, for model calls, the tokens.
+    A long pause (a run waiting days for approval) shows as a gap; it is drawn to scale.
+    """
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    nodes = frame[frame["kind"] == "node"].copy()
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(9, 1.4 + 0.45 * max(1, nodes["node"].nunique())))
+    else:
+        fig = ax.figure
+    if nodes.empty:
+        ax.set_title(title or "no node executions recorded")
+        return fig
+    t0 = nodes["started_at"].min()
+    nodes["start_ms"] = (nodes["started_at"] - t0).dt.total_seconds() * 1000
+    lanes = list(dict.fromkeys(nodes["node"]))
+    for _, row in nodes.iterrows():
+        y = lanes.index(row["node"])
+        width = max(float(row["latency_ms"] or 0.0), 0.05)
+        ax.barh(y, width, left=row["start_ms"], height=0.5, color=OUTCOME_COLORS.get(row["outcome"], "tab:gray"),
+                edgecolor="black", linewidth=0.4)
+        label = f"a{row['attempt']}"
+        if pd.notna(row["input_tokens"]):
+            label += f" {int(row['input_tokens'])}/{int(row['output_tokens'])} tok"
+        ax.text(row["start_ms"] + width, y + 0.3, label, fontsize=7, va="bottom")
+    ax.margins(x=0.1)  # room for the last bar's label
+    ax.set_yticks(range(len(lanes)), lanes)
+    ax.invert_yaxis()
+    ax.set_xlabel("time since the run's first node started (ms)")
+    ax.set_ylabel("node")
+    ax.set_title(title or f"node executions of one run ({len(nodes)} in {nodes['step'].nunique()} super-steps)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in OUTCOME_COLORS.values()]
+    ax.legend(handles, list(OUTCOME_COLORS), loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7,
+              title="outcome", title_fontsize=7)
+    fig.tight_layout()
+    return fig
