@@ -100,6 +100,10 @@ INFRA_UNAVAILABLE = "the database was temporarily unavailable; nothing in this b
 ORPHANED_CALL = "this call was interrupted before it finished and no result was recorded."
 DUPLICATE_CALL_ID = "this tool call id appears more than once in the batch; send each call with its own id."
 INVALID_CALL_ID = "this tool call id holds characters that cannot be stored; send each call with a plain id."
+LEDGER_ARGS_MISMATCH = (
+    "this tool call id was already applied with other arguments; the earlier call stands. "
+    "If the change is still needed, send it as a new call."
+)
 REJECTED_BY_REVIEWER = "a reviewer rejected this call; it was not applied. Do not send it again."
 
 CHECK_HINTS = {
@@ -157,6 +161,9 @@ RULES: tuple[Rule, ...] = (
     Rule("22008", Category.INVALID_ARGUMENTS, False, "a date is not valid; use the form YYYY-MM-DD."),
     Rule("22001", Category.INVALID_ARGUMENTS, False, "a text value is too long; send a shorter one."),
     Rule("22", Category.INVALID_ARGUMENTS, False, "an argument has a value that cannot be stored; check every argument."),
+    # client-side data errors: a NUL byte or a lone surrogate in a text argument never reaches the server
+    Rule(psycopg.DataError, Category.INVALID_ARGUMENTS, False, "an argument contains characters that cannot be stored; remove them."),
+    Rule(UnicodeError, Category.INVALID_ARGUMENTS, False, "an argument contains characters that cannot be stored; remove them."),
     # timeouts: a statement that ran too long is told to the model; a busy lock is retried
     Rule("57014", Category.TIMEOUT, False, "the operation took too long and was cancelled; nothing was applied. Try again later."),
     Rule("55P03", Category.TRANSIENT, True, "the record is busy with another operation; nothing was applied. Try again."),

@@ -15,8 +15,9 @@ What re-executes: every node after the chosen checkpoint, none before it. The da
   tool call ids (a real model does; so does the scripted one): the ledger cannot recognise them.
   Only natural keys protect business uniqueness then (one credit memo and one refund per reference,
   one invoice per period); a tool without one (``ApplyCredit``) applies again;
-- a fork that edits a tool call's arguments but keeps its id gets the *stored* result of the
-  original call: the ledger key does not cover the arguments. Give an edited call a new id.
+- a fork that edits a tool call's arguments but keeps its id is refused: the ledger keeps each
+  call's arguments, and the same id with other arguments gets ``FAILED [conflict]`` (the earlier
+  call stands). Give an edited call a new id.
 
 :func:`replay_and_fork_experiment` measures all of it on the refund story, with row counts read from
 the database before and after each action.

@@ -48,8 +48,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
 from agentlab.errors import (
-    BATCH_ROLLED_BACK, DUPLICATE_CALL_ID, FAILED_TEMPLATE, INVALID_CALL_ID, NOT_APPLIED_TEMPLATE, Category,
-    Translation, translate,
+    BATCH_ROLLED_BACK, DUPLICATE_CALL_ID, FAILED_TEMPLATE, INVALID_CALL_ID, LEDGER_ARGS_MISMATCH,
+    NOT_APPLIED_TEMPLATE, Category, ToolError, Translation, translate,
 )
 from agentlab.events import EventLog
 from agentlab.safeguards import Policy, Safeguards
@@ -58,6 +58,9 @@ from agentlab.tenancy import isolation_prelude, require_tenant
 from agentlab.tools import ToolContext, ToolSpec, get_tool, result_content
 
 LEDGER_LOOKUP = "SELECT idempotency_key, result FROM tool_executions WHERE idempotency_key = ANY(%s)"
+LEDGER_LOOKUP_WITH_ARGS = (
+    "SELECT idempotency_key, args, result FROM tool_executions WHERE idempotency_key = ANY(%s)"
+)
 LEDGER_INSERT = """
 INSERT INTO tool_executions (idempotency_key, thread_id, tool_call_id, tool_name, args, result, attempt)
 VALUES (%s, %s, %s, %s, %s, %s, %s)
@@ -307,16 +310,25 @@ class TransactionalToolsNode:
                 prelude = self._prelude(thread_id, tenant_id)
                 if prelude is not None:
                     await conn.execute(*prelude)
-                stored: dict[str, Any] = {}
+                stored: dict[str, tuple[Any, Any]] = {}
                 if sg.ledger:
                     keys = [idempotency_key(thread_id, c.call_id) for c in runnable]
-                    cur = await conn.execute(LEDGER_LOOKUP, (keys,))
-                    stored = {k: v for k, v in await cur.fetchall()}
+                    cur = await conn.execute(LEDGER_LOOKUP_WITH_ARGS, (keys,))
+                    stored = {k: (a, r) for k, a, r in await cur.fetchall()}
                 for c in runnable:
                     key = idempotency_key(thread_id, c.call_id)
                     if key in stored:
+                        stored_args, stored_result = stored[key]
+                        if stored_args != _as_json(c.args):
+                            # the same id with other arguments (an edited fork): the earlier call stands
+                            tr = translate(ToolError(LEDGER_ARGS_MISMATCH, Category.CONFLICT))
+                            results[c.index] = _failed(c.index, c.call_id, c.name, tr)
+                            if sg.policy is Policy.ATOMIC:
+                                stop = True
+                                break
+                            continue
                         results[c.index] = CallResult(c.index, c.call_id, c.name, Outcome.REPLAYED,
-                                                      result_content(stored[key]), result=stored[key])
+                                                      result_content(stored_result), result=stored_result)
                         continue
                     await _run_hooks(self.hooks.before_call, c, c.index)
                     t0 = time.perf_counter()
@@ -458,6 +470,11 @@ class TransactionalToolsNode:
             }
 
         return tools
+
+
+def _as_json(value: Any) -> Any:
+    """``value`` as the ledger's JSONB gives it back (dates as ISO text), for comparing arguments."""
+    return json.loads(json.dumps(value, default=str))
 
 
 class _Duplicate(Exception):

@@ -67,7 +67,7 @@ async def test_replay_before_agent_mints_new_ids_so_only_natural_keys_protect(ha
     assert after["credit_cents"] == before["credit_cents"] - 2500  # no natural key: deducted twice
 
 
-async def test_fork_that_edits_a_call_but_keeps_its_id_gets_the_stored_result(harness):
+async def test_fork_that_edits_a_call_but_keeps_its_id_is_refused_by_the_ledger(harness):
     graph, ids = await play(harness)
     history = await thread_history(graph, "t-history", tenant_id="acme")
     cp = find_checkpoint(history, next_node="tools")
@@ -77,7 +77,9 @@ async def test_fork_that_edits_a_call_but_keeps_its_id_gets_the_stored_result(ha
     state = await run_from(graph, config)
     await harness.worker.drain()
     refund = [m for m in state["messages"] if getattr(m, "name", None) == "QueueRefund"][-1]
-    assert '"amount_cents":2500' in refund.content and refund.artifact["outcome"] == "replayed"
+    # the ledger keeps the call's arguments: the same id with another amount is a conflict, not a replay
+    assert refund.content.startswith("FAILED [conflict]: this tool call id was already applied with other")
+    assert refund.artifact["outcome"] == "failed"
     counts = await thread_counts(harness.pool, "t-history", ids)
     assert (counts["refunds"], counts["ledger_rows"], counts["provider_payments"]) == (1, 3, 1)
 
