@@ -215,3 +215,94 @@ APPROVAL = Scenario(
     intended=Intended(final_credit_cents=(0,), refunds=(1,), provider_refunds=(1,), invoices=(0,),
                       credit_memos=(0,), provider_charges=(0,)),
 )
+
+
+# --------------------------------------------------------------------------- the story, for a notebook
+
+DAY_S = 86400
+REFUNDS_PER_REFERENCE = """
+SELECT r.reference, (SELECT count(*) FROM provider.payments p WHERE p.reference = o.dedupe_key) AS provider_refunds
+FROM refunds r JOIN outbox o ON o.payload->>'refund_id' = r.id::text
+WHERE r.customer_id = %s ORDER BY r.reference
+"""
+THREAD_COUNTS = """
+SELECT (SELECT count(*) FROM approval_requests WHERE thread_id = %(thread)s),
+       (SELECT count(*) FROM refunds WHERE customer_id = %(customer)s),
+       (SELECT count(*) FROM tool_executions WHERE thread_id = %(thread)s),
+       (SELECT count(*) FROM outbox WHERE thread_id = %(thread)s AND status = 'dispatched'),
+       (SELECT count(*) FROM events WHERE thread_id = %(thread)s AND kind = 'call' AND outcome = 'replayed')
+"""
+TOOLS_NODE_RUNS = """
+SELECT outcome, error_class FROM events WHERE thread_id = %s AND kind = 'node' AND node = 'tools' ORDER BY id
+"""
+
+
+async def resume_days_later(h, *, days: float = 3, seed: int = 0, thread_id: str | None = None) -> dict:
+    """The approval story with every delay and crash a real one meets; returns what the database and the
+    provider hold at the end.
+
+    1. the thread stops on one approval request for the two refunds of :data:`APPROVAL`;
+    2. ``days`` later the reviewer approves both; the tools node commits the refunds with their outbox
+       rows, then the process dies before the checkpoint is written (a ``SimulatedCrash`` after COMMIT);
+    3. the outbox worker pays the first refund and dies before marking its row;
+    4. ``days`` later again (the provider, which keeps keys 24 hours, has forgotten them all) the
+       thread is resumed: the tools node runs the batch again and the ledger answers it; the worker
+       drains: it finds the paid refund by its reference and pays only the other one.
+
+    ``h`` is a :class:`agentlab.harness.Harness`; its provider's clock moves forward by ``2 * days``.
+    Returns ``requests`` (approval requests stored), ``refund_rows``, ``ledger_rows``,
+    ``outbox_dispatched``, ``calls_replayed`` (tool calls the ledger answered on resume),
+    ``tools_node_runs`` (the node's outcomes, in order), ``reconciled`` (rows the worker found paid)
+    and ``provider_refunds`` (per reference, from the provider's records).
+    """
+    import uuid
+
+    from langchain_core.messages import HumanMessage
+
+    from agentlab.errors import SimulatedCrash
+    from agentlab.graph import build_graph, run_config
+    from agentlab.model import ScriptedChatModel
+    from agentlab.safeguards import preset
+
+    sg = preset("full")
+    ids = await h.create_customers(APPROVAL, sg)
+    node = h.node(sg)
+    graph = build_graph(ScriptedChatModel(script=APPROVAL.script(ids), seed=seed), node, checkpointer=h.saver,
+                        approval=ApprovalPolicy())
+    thread_id = thread_id or f"approval-late-{uuid.uuid4().hex[:12]}"
+    config = run_config(thread_id, tenant_id=APPROVAL.tenant_id)
+    await graph.ainvoke({"messages": [HumanMessage(APPROVAL.prompt)]}, config)
+
+    def die_after_commit(calls):
+        node.hooks.after_commit.remove(die_after_commit)  # the restarted process runs normally
+        raise SimulatedCrash("the process died after COMMIT, before the checkpoint")
+
+    def worker_dies(row_id):
+        raise SimulatedCrash("the worker died after the provider call, before marking the row")
+
+    h.provider.clock.advance(days * DAY_S)
+    node.hooks.after_commit.append(die_after_commit)
+    try:
+        await graph.ainvoke(resume_command(APPROVE), config)
+    except SimulatedCrash:
+        pass
+    h.worker.hooks.after_provider_call.append(worker_dies)
+    try:
+        await h.worker.run_once()
+    except SimulatedCrash:
+        pass
+    finally:
+        h.worker.hooks.after_provider_call.remove(worker_dies)
+    h.provider.clock.advance(days * DAY_S)
+    await graph.ainvoke(None, config)  # resume from the last checkpoint: the tools node runs again
+    drain = await h.worker.drain()
+    await h.events.flush()
+    async with h.pool.connection() as conn:
+        requests, refunds, ledger, dispatched, replayed = await (await conn.execute(
+            THREAD_COUNTS, {"thread": thread_id, "customer": ids[0]})).fetchone()
+        runs = await (await conn.execute(TOOLS_NODE_RUNS, (thread_id,))).fetchall()
+        per_reference = await (await conn.execute(REFUNDS_PER_REFERENCE, (ids[0],))).fetchall()
+    return {"requests": requests, "refund_rows": refunds, "ledger_rows": ledger, "outbox_dispatched": dispatched,
+            "calls_replayed": replayed, "tools_node_runs": [o if e is None else f"{o} ({e.rsplit('.', 1)[-1]})"
+                                                            for o, e in runs],
+            "reconciled": drain.reconciled, "provider_refunds": dict(per_reference)}

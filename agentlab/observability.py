@@ -208,6 +208,7 @@ def timeline_chart(frame, *, ax=None, title: str | None = None):
     t0 = nodes["started_at"].min()
     nodes["start_ms"] = (nodes["started_at"] - t0).dt.total_seconds() * 1000
     lanes = list(dict.fromkeys(nodes["node"]))
+    labelled = {lane: 0 for lane in lanes}
     for _, row in nodes.iterrows():
         y = lanes.index(row["node"])
         width = max(float(row["latency_ms"] or 0.0), 0.05)
@@ -216,10 +217,13 @@ def timeline_chart(frame, *, ax=None, title: str | None = None):
         label = f"a{row['attempt']}"
         if pd.notna(row["input_tokens"]):
             label += f" {int(row['input_tokens'])}/{int(row['output_tokens'])} tok"
-        ax.text(row["start_ms"] + width, y + 0.3, label, fontsize=7, va="bottom")
-    ax.margins(x=0.1)  # room for the last bar's label
+        # labels of a lane alternate below and above its bars, so that bars close in time stay readable
+        below = labelled[row["node"]] % 2 == 0
+        labelled[row["node"]] += 1
+        ax.text(row["start_ms"], y + 0.28 if below else y - 0.28, label, fontsize=7, va="top" if below else "bottom")
+    ax.margins(x=0.12)  # room for the last bar's label
     ax.set_yticks(range(len(lanes)), lanes)
-    ax.invert_yaxis()
+    ax.set_ylim(len(lanes) - 0.4, -0.6)  # top to bottom in order of first execution, room for the labels
     ax.set_xlabel("time since the run's first node started (ms)")
     ax.set_ylabel("node")
     ax.set_title(title or f"node executions of one run ({len(nodes)} in {nodes['step'].nunique()} super-steps)")
@@ -228,3 +232,55 @@ def timeline_chart(frame, *, ax=None, title: str | None = None):
               title="outcome", title_fontsize=7)
     fig.tight_layout()
     return fig
+
+
+# --------------------------------------------------------------------------- a run with a hidden retry
+
+
+async def episode_with_a_retry(h, scenario: str = "refund", *, thread_id: str | None = None, seed: int = 0):
+    """Play ``scenario`` under ``full`` while another session holds the customer's row (``SELECT ... FOR
+    UPDATE`` on a second connection: :class:`agentlab.refund_saga.RowLock`) during the tools node's first
+    attempt at SQL: the first write waits past ``lock_timeout`` (SQLSTATE 55P03, an infrastructure
+    error), the graph's RetryPolicy runs the node again, and the other session lets go as that second
+    attempt starts.
+
+    The final state is the same as a clean run's; only the events tell the retry. ``h`` is a
+    :class:`agentlab.harness.Harness`; returns the :class:`agentlab.harness.Episode` (outbox drained,
+    events flushed).
+    """
+    import uuid
+
+    from langchain_core.messages import HumanMessage
+
+    from agentlab.graph import build_graph, run_config
+    from agentlab.harness import Episode
+    from agentlab.model import ScriptedChatModel
+    from agentlab.refund_saga import RowLock
+    from agentlab.safeguards import preset
+    from agentlab.scenarios import get_scenario
+
+    sc, sg = get_scenario(scenario), preset("full")
+    ids = await h.create_customers(sc, sg)
+    node = h.node(sg)
+    lock = await RowLock.acquire(h.url, ids[0])
+    first_calls: list[int] = []
+
+    async def let_go_when_the_retry_starts(call, index):
+        if index == 0:
+            first_calls.append(index)
+            if len(first_calls) == 2:
+                await lock.release()
+
+    node.hooks.before_call.append(let_go_when_the_retry_starts)
+    graph = build_graph(ScriptedChatModel(script=sc.script(ids), seed=seed), node, checkpointer=h.saver)
+    thread_id = thread_id or f"{sc.name}-{uuid.uuid4().hex[:12]}"
+    try:
+        state = await graph.ainvoke({"messages": [HumanMessage(sc.prompt)]},
+                                    run_config(thread_id, tenant_id=sc.tenant_id))
+    finally:
+        await lock.release()
+    ep = Episode(sc.name, sg.name, thread_id, seed, ids, sg.schema, sc.tenant_id, messages=list(state["messages"]),
+                 rollbacks_total=state.get("rollbacks_total", 0), escalated=bool(state.get("escalated", False)))
+    ep.drain = await h.worker.drain()
+    await h.events.flush()
+    return ep

@@ -29,6 +29,7 @@ foreign-key check takes), "lock_timeout".
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import psycopg
 from langchain_core.messages import HumanMessage, SystemMessage
@@ -237,3 +238,101 @@ async def escalation(h, saga: SagaDefinition, customer_id: int, amount_cents: in
     finally:
         while held:
             await held.pop().release()
+
+
+# --------------------------------------------------------------------------- the same steps without a saga
+
+SCRIPT_FAULTS = ("busy_row", "already_refunded")
+COUNT_PROVIDER_REFUNDS = """
+SELECT count(*), coalesce(sum(amount_cents), 0) FROM provider.payments WHERE customer = %s AND kind = 'refund'
+"""
+COUNT_MESSAGES = """
+SELECT count(*) FILTER (WHERE corrects IS NULL), count(*) FILTER (WHERE corrects IS NOT NULL)
+FROM notify.messages WHERE recipient = %s
+"""
+CREDIT_OF = "SELECT credit_cents FROM customers WHERE id = %s"
+SET_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, true)"
+
+
+@dataclass
+class ScriptContext(StepContext):
+    """A step's context inside :func:`payout_script`. A script has no run row (``run_id`` is 0), so
+    its dedupe keys name the run key and the script's attempt: every attempt is a new execution."""
+
+    def key(self, suffix: str = "") -> str:
+        return f"script:{self.run_key}:{self.attempt}:{self.position}" + (f":{suffix}" if suffix else "")
+
+
+async def payout_script(h, saga: SagaDefinition, customer_id: int, amount_cents: int, reference: str, *,
+                        fault: str | None = None, attempts: int = 2, lock_timeout_ms: int = 100) -> dict:
+    """The saga's steps as a plain script, for contrast with :class:`agentlab.saga.SagaRunner`.
+
+    Each step runs as the saga would run it (a local step in a short transaction of its own, the model
+    call outside any), but nothing is journaled and nothing is compensated: when a step raises, the
+    whole script starts again from step 1, up to ``attempts`` times in all, as a task queue's
+    automatic retry does; then it gives up and leaves whatever the earlier steps did.
+
+    Args:
+        fault: ``"busy_row"``: another session holds the customer's row while step 4 first runs and
+            lets go after that failure (the fault of :func:`forward_recovery`); ``"already_refunded"``:
+            the reference was refunded by another channel before (the fault of :func:`backward_recovery`);
+            None: no fault.
+
+    Returns:
+        ``{"attempts": n, "outcome": "completed" | "gave up", "errors": [error class per failed
+        attempt], "model_calls": n}``; the effects are in the database (:func:`payout_effects`).
+    """
+    if fault not in (None, *SCRIPT_FAULTS):
+        raise ValueError(f"unknown fault {fault!r}; choose one of: {', '.join(SCRIPT_FAULTS)}")
+    if fault == "already_refunded":
+        async with h.pool.connection() as conn:
+            await conn.execute(INSERT_EARLIER_REFUND, (reference, amount_cents, customer_id))
+    data = payout_input(customer_id, amount_cents, reference)
+    key = run_key(customer_id, reference)
+    held: list[RowLock] = []
+    errors: list[str] = []
+    model_calls = 0
+    try:
+        for attempt in range(1, attempts + 1):
+            results: dict[str, dict] = {}
+            try:
+                for pos, step in enumerate(saga.steps, 1):
+                    if fault == "busy_row" and pos == 4 and attempt == 1:
+                        held.append(await RowLock.acquire(h.url, customer_id))
+                    ctx = ScriptContext(0, key, pos, step.name, attempt, data, results)
+                    if step.in_transaction:
+                        async with h.pool.connection() as conn, conn.transaction():
+                            await conn.execute(SET_LOCK_TIMEOUT, (f"{lock_timeout_ms}ms",))
+                            ctx.conn = conn
+                            results[step.name] = await step.action(ctx)
+                    else:
+                        model_calls += 1
+                        results[step.name] = await step.action(ctx)
+            except Exception as exc:
+                errors.append(type(exc).__name__)
+                while held:
+                    await held.pop().release()
+                continue
+            return {"attempts": attempt, "outcome": "completed", "errors": errors, "model_calls": model_calls}
+        return {"attempts": attempts, "outcome": "gave up", "errors": errors, "model_calls": model_calls}
+    finally:
+        while held:
+            await held.pop().release()
+
+
+async def payout_effects(h, customer_id: int, opening_credit_cents: int, *, drain: bool = True) -> dict:
+    """What one payout left behind, read from the database, the provider and the notifier (after the
+    outbox worker sent what was queued, unless ``drain`` is False): ``credit_deducted_cents``,
+    ``refunds_at_provider`` and ``refunded_cents`` (payments this customer received), ``notices_sent``
+    and ``corrections_sent`` (e-mails delivered to the customer)."""
+    from agentlab.provider import customer_ref
+
+    if drain:
+        await h.worker.drain()
+    async with h.pool.connection() as conn:
+        credit = (await (await conn.execute(CREDIT_OF, (customer_id,))).fetchone())[0]
+        refunds, refunded = await (await conn.execute(COUNT_PROVIDER_REFUNDS, (customer_ref(customer_id),))).fetchone()
+        email = payout_input(customer_id, 0, "")["email"]
+        notices, corrections = await (await conn.execute(COUNT_MESSAGES, (email,))).fetchone()
+    return {"credit_deducted_cents": opening_credit_cents - credit, "refunds_at_provider": refunds,
+            "refunded_cents": int(refunded), "notices_sent": notices, "corrections_sent": corrections}

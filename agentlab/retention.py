@@ -213,14 +213,20 @@ async def apply_retention(saver, pool, policy: RetentionPolicy = RetentionPolicy
     return report
 
 
-def retention_chart(report: RetentionReport, *, ax=None, title: str | None = None):
+def retention_chart(report: RetentionReport, *, ax=None, title: str | None = None,
+                    threads: dict[str, str] | None = None):
     """Checkpoint row bytes per super-step, per thread, before and after a retention run (bars).
 
-    Returns the matplotlib Figure; the bars are labelled with the thread's action (kept, pruned, deleted).
+    ``threads`` maps the thread ids to show to their labels (default: every thread, labelled with its
+    number and action: kept, pruned, deleted). Returns the matplotlib Figure.
     """
     import matplotlib.pyplot as plt
 
     frame = report.bytes_per_super_step()
+    if threads is not None:
+        order = {t: n for n, t in enumerate(threads)}
+        frame = frame[frame["thread_id"].isin(list(threads))].sort_values(
+            "thread_id", key=lambda col: col.map(order)).reset_index(drop=True)
     if ax is None:
         fig, ax = plt.subplots(figsize=(8, 3.2))
     else:
@@ -228,7 +234,9 @@ def retention_chart(report: RetentionReport, *, ax=None, title: str | None = Non
     xs = range(len(frame))
     ax.bar([x - 0.2 for x in xs], frame["bytes_per_super_step_before"], width=0.4, label="before", color="tab:gray")
     ax.bar([x + 0.2 for x in xs], frame["bytes_per_super_step_after"], width=0.4, label="after", color="tab:green")
-    ax.set_xticks(list(xs), [f"thread {i + 1}\n{a}" for i, a in enumerate(frame["action"])])
+    labels = ([threads[t] for t in frame["thread_id"]] if threads is not None
+              else [f"thread {i + 1}\n{a}" for i, a in enumerate(frame["action"])])
+    ax.set_xticks(list(xs), labels)
     ax.set_ylabel("checkpoint row bytes per super-step (B)")
     ax.set_title(title or "checkpoint bytes per super-step, before and after retention")
     ax.legend(fontsize=8)

@@ -336,10 +336,14 @@ async def agent_privileges(conn, role: str = AGENT_ROLE) -> list[dict]:
 # --------------------------------------------------------------------------- the lesson in one call
 
 
-async def compare_isolation(presets: Sequence[str] = ("ledger", "full"), scenario: str = "refund", *,
+async def compare_isolation(presets: Sequence[str | Any] = ("ledger", "full"), scenario: str = "refund", *,
                             seed: int = 0, url: str | None = None) -> list[dict]:
     """Run the cross-tenant fault (:func:`with_foreign_customer`) under each preset on one database and
-    return one row per preset, read from the database and the provider:
+    return one row per preset, read from the database and the provider.
+
+    ``presets``: preset names or :class:`agentlab.safeguards.Safeguards` values (e.g.
+    ``preset("full").replace(isolation=False, name="full without isolation")``); a row's ``preset`` is
+    the value's name. The columns:
 
     ``preset``, ``isolation``, ``foreign_reply`` (the last answer to a call naming the other tenant's id),
     ``cross_tenant_effects`` (count of :func:`cross_tenant_effects` rows), ``effect_kinds``,
@@ -357,8 +361,9 @@ async def compare_isolation(presets: Sequence[str] = ("ledger", "full"), scenari
     sc = with_foreign_customer(get_scenario(scenario))
     rows = []
     async with await Harness.open(url, purpose="tenancy") as h:
-        for name in presets:
-            sg = get_preset(name)
+        for choice in presets:
+            sg = get_preset(choice) if isinstance(choice, str) else choice
+            name = sg.name
             ep = await h.run_episode(sc, sg, seed=seed)
             foreign_id = ep.customer_ids[-1]
             opening = {cid: spec.credit_cents for cid, spec in zip(ep.customer_ids, sc.customers)}

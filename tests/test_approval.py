@@ -6,7 +6,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from agentlab.approval import (
-    APPROVAL, REJECTED_MESSAGE, ApprovalPolicy, interrupts_of, pending_requests, resume_command,
+    APPROVAL, REJECTED_MESSAGE, ApprovalPolicy, interrupts_of, pending_requests, resume_command, resume_days_later,
 )
 from agentlab.errors import SimulatedCrash
 from agentlab.graph import build_graph, run_config, unanswered_tool_calls
@@ -157,3 +157,17 @@ async def test_each_replayed_branch_gets_its_own_approval_request(harness):
     rows = await fetch(harness, "SELECT status, count(*) FROM approval_requests GROUP BY 1 ORDER BY 1")
     assert rows == [("decided", 1), ("pending", 2)]
     assert await scalar(harness, "SELECT count(*) FROM refunds WHERE customer_id = %s", (ids[0],)) == 2
+
+
+async def test_resume_days_later_story_refunds_each_approved_call_once(harness):
+    report = await resume_days_later(harness, days=3, thread_id="t-late")
+    assert report == {
+        "requests": 1, "refund_rows": 2, "ledger_rows": 2, "outbox_dispatched": 2, "calls_replayed": 2,
+        "tools_node_runs": ["error (SimulatedCrash)", "ok"], "reconciled": 1,
+        "provider_refunds": {"RMA-3001": 1, "RMA-3002": 1},
+    }
+    assert harness.provider.clock.offset.days == 6
+    # read again, independently of the function: the provider's own records
+    assert await fetch(harness, "SELECT kind, count(*) FROM provider.payments GROUP BY kind") == [("refund", 2)]
+    assert await scalar(harness, "SELECT count(*) FROM approval_requests WHERE status = 'decided'") == 1
+    assert harness.worker.hooks.after_provider_call == []  # the worker runs normally afterwards

@@ -8,7 +8,7 @@ import pytest
 
 from agentlab.graph import build_graph
 from agentlab.model import ScriptedChatModel
-from agentlab.observability import node_summary, run_events, timeline_chart
+from agentlab.observability import episode_with_a_retry, node_summary, run_events, timeline_chart
 from agentlab.safeguards import preset
 from agentlab.scenarios import get_scenario
 
@@ -69,3 +69,31 @@ async def test_events_of_another_kind_are_refused(harness):
     with pytest.raises(ValueError):
         harness.events.record("agent", "ok", kind="span")
     assert harness.events.pending == 0
+
+
+async def test_a_retry_leaves_the_final_state_of_a_clean_run_and_one_more_node_event(harness):
+    clean = await harness.run_episode("refund", "full")
+    retried = await episode_with_a_retry(harness)
+
+    def outcomes(ep):
+        return [m.artifact["outcome"] for m in ep.tool_messages]
+
+    assert outcomes(retried) == outcomes(clean) and len(retried.messages) == len(clean.messages) == 10
+    credits = await harness.df("SELECT id, credit_cents FROM customers WHERE id = ANY(%s) ORDER BY id",
+                               ([clean.customer_ids[0], retried.customer_ids[0]],))
+    assert list(credits.credit_cents) == [2500, 2500]
+    nodes = await run_events(harness, retried.thread_id, kind="node")
+    assert list(zip(nodes["node"], nodes["step"], nodes["attempt"], nodes["outcome"])) == [
+        ("agent", 1, 1, "ok"), ("tools", 2, 1, "ok"), ("agent", 3, 1, "ok"), ("tools", 4, 1, "error"),
+        ("tools", 4, 2, "ok"), ("agent", 5, 1, "ok")]
+    assert nodes["error_class"].dropna().tolist() == ["psycopg.errors.LockNotAvailable"]
+    # the lock was released: nobody waits on the customer's row any more
+    assert (await harness.df("SELECT count(*) AS n FROM pg_locks WHERE NOT granted")).n[0] == 0
+
+
+async def test_timeline_labels_of_close_bars_in_one_lane_do_not_share_a_row(harness):
+    ep = await harness.run_episode("refund", "full")
+    ax = timeline_chart(await run_events(harness, ep.thread_id)).axes[0]
+    agent_labels = [t for t in ax.texts if "tok" in t.get_text()]
+    assert len(agent_labels) == 3
+    assert agent_labels[0].get_position()[1] != agent_labels[1].get_position()[1]

@@ -103,3 +103,15 @@ async def test_a_longer_history_costs_more_and_pruning_keeps_one_checkpoint_per_
     assert frame["bytes_before"].iloc[1] > 3 * frame["bytes_before"].iloc[0]
     assert frame["bytes_after"].iloc[1] > frame["bytes_after"].iloc[0]  # the latest checkpoint holds the history
     assert await scalar(harness, "SELECT count(*) FROM checkpoints") == 2
+
+
+async def test_retention_chart_shows_the_threads_asked_for_in_their_order_with_their_labels(harness):
+    report = await retention_experiment(harness, turns=(1, 3))
+    threads = sorted(report.pruned)
+    assert len(threads) == 2
+    ax = retention_chart(report, threads={threads[1]: "long", threads[0]: "short"}).axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["long", "short"]
+    assert len(ax.patches) == 4
+    heights = [p.get_height() for p in ax.patches]
+    frame = report.bytes_per_super_step().set_index("thread_id")
+    assert heights[0] == frame.at[threads[1], "bytes_per_super_step_before"]

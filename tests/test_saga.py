@@ -12,7 +12,8 @@ import pytest
 
 from agentlab.errors import SimulatedCrash
 from agentlab.refund_saga import (
-    RowLock, backward_recovery, escalation, forward_recovery, notice_model, payout_input, store_credit_payout,
+    RowLock, backward_recovery, escalation, forward_recovery, notice_model, payout_effects, payout_input,
+    payout_script, store_credit_payout,
 )
 from agentlab.saga import Backoff, SagaBusy, SagaDefinition, SagaRunner, Step, StepContext
 from agentlab.saga_frames import saga_chart, saga_log_frame
@@ -235,3 +236,42 @@ async def test_a_saga_run_survives_the_check_constraint_as_a_permanent_failure(h
             for _ in range(2):
                 await conn.execute("INSERT INTO compensation_needed (run_id, position, step, action, reason) "
                                    "VALUES (%s, 1, 'hold_credit', '{}', 'test')", (rep.run_id,))
+
+
+@pytest.mark.parametrize("fault,outcome,errors,refunds", [
+    ("busy_row", "completed", ["LockNotAvailable"], 1),
+    ("already_refunded", "gave up", ["UniqueViolation", "UniqueViolation"], 0),
+])
+async def test_a_script_retried_from_step_one_repeats_every_completed_step(harness, fault, outcome, errors, refunds):
+    (cid,) = await customers(harness)
+    model = notice_model()
+    result = await payout_script(harness, store_credit_payout(model), cid, 2000, "SC-7", fault=fault)
+    assert result == {"attempts": 2, "outcome": outcome, "errors": errors, "model_calls": 2}
+    assert model._invocations == 2
+    assert await payout_effects(harness, cid, OPENING) == {
+        "credit_deducted_cents": 4000, "refunds_at_provider": refunds, "refunded_cents": 2000 * refunds,
+        "notices_sent": 2, "corrections_sent": 0,
+    }
+    assert await credit(harness, cid) == OPENING - 4000  # read directly: the credit was held twice
+    assert await scalar(harness, "SELECT count(*) FROM saga_runs") == 0  # a script leaves no run behind
+
+
+@pytest.mark.parametrize("play,expected", [
+    (forward_recovery, {"credit_deducted_cents": 2000, "refunds_at_provider": 1, "refunded_cents": 2000,
+                        "notices_sent": 1, "corrections_sent": 0}),
+    (backward_recovery, {"credit_deducted_cents": 0, "refunds_at_provider": 0, "refunded_cents": 0,
+                         "notices_sent": 1, "corrections_sent": 1}),
+])
+async def test_payout_effects_of_the_saga_under_the_same_faults(harness, play, expected):
+    (cid,) = await customers(harness)
+    await play(harness, store_credit_payout(notice_model()), cid, 2000, "SC-8", **FAST)
+    assert await payout_effects(harness, cid, OPENING) == expected
+
+
+async def test_a_script_without_a_fault_completes_once_and_an_unknown_fault_is_refused(harness):
+    (cid,) = await customers(harness)
+    saga = store_credit_payout(notice_model())
+    assert (await payout_script(harness, saga, cid, 1000, "SC-9"))["attempts"] == 1
+    assert (await payout_effects(harness, cid, OPENING))["credit_deducted_cents"] == 1000
+    with pytest.raises(ValueError, match="busy_row"):
+        await payout_script(harness, saga, cid, 1000, "SC-10", fault="meteor")

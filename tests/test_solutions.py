@@ -9,7 +9,7 @@ from agentlab.batches import tool_calls
 from agentlab.errors import find_leaks
 from agentlab.safeguards import preset
 from solutions import ex02_constraints, ex03_validation, ex04_errors, ex05_transactions, ex06_graph, ex07_ledger
-from solutions import ex08_outbox
+from solutions import ex08_outbox, ex11_sagas, ex12_approval, ex13_history, ex14_observability, ex15_tenancy
 
 
 @pytest.mark.parametrize("preset_name,expected", [
@@ -141,3 +141,87 @@ async def test_ex08_2_two_workers_share_the_queue_without_doubles(harness):
     assert await ex08_outbox.two_workers(harness) == {
         "dispatched": 10, "charges_at_provider": 10, "distinct_references": 10,
     }
+
+
+async def test_ex11_1_a_crash_after_the_model_call_does_not_repeat_it(harness):
+    assert await ex11_sagas.crash_after_notice(harness) == {
+        "status_after_crash": "running", "status_after_resume": "completed", "model_calls": 1, "notices_sent": 1,
+        "credit_deducted_cents": 2000,
+    }
+
+
+async def test_ex11_2_a_run_parked_going_forward_is_compensated_when_a_person_aborts_it(harness):
+    assert await ex11_sagas.abort_parked_run(harness) == {
+        "parked_reason": "step 4 (queue_refund) still failing after 2 attempts: psycopg.errors.LockNotAvailable",
+        "after_abort": "compensated", "compensations": [3, 2, 1], "credit_deducted_cents": 0, "notices_sent": 1,
+        "corrections_sent": 1,
+    }
+
+
+@pytest.mark.parametrize("threshold_cents,expected", [
+    (10_000, {"requests": 1, "calls_in_request": [30000, 15000], "refunds": 2}),
+    (20_000, {"requests": 1, "calls_in_request": [30000], "refunds": 2}),
+    (50_000, {"requests": 0, "calls_in_request": [], "refunds": 2}),
+])
+async def test_ex12_1_the_threshold_decides_which_calls_the_request_lists(harness, threshold_cents, expected):
+    assert await ex12_approval.approval_for_threshold(harness, threshold_cents) == expected
+
+
+@pytest.mark.parametrize("answer,expected", [
+    ("approve", {"tool_messages": 2, "rejected": 0, "tools_node_runs": 1, "refunds": 2, "outbox_rows": 2}),
+    ("reject", {"tool_messages": 2, "rejected": 2, "tools_node_runs": 0, "refunds": 0, "outbox_rows": 0}),
+    ("yes", {"tool_messages": 2, "rejected": 2, "tools_node_runs": 0, "refunds": 0, "outbox_rows": 0}),
+])
+async def test_ex12_2_only_the_word_approve_approves(harness, answer, expected):
+    assert await ex12_approval.answer_all(harness, answer) == expected
+
+
+@pytest.mark.parametrize("idle_days,expected", [
+    (3, {"action": "kept", "checkpoints": [7, 7], "replay_points_before_tools": [2, 2], "ledger_rows": 3,
+         "outbox_rows": 1}),
+    (10, {"action": "pruned", "checkpoints": [7, 1], "replay_points_before_tools": [2, 0], "ledger_rows": 3,
+          "outbox_rows": 1}),
+])
+async def test_ex13_1_pruning_ends_replay_and_keeps_the_ledger(harness, idle_days, expected):
+    assert await ex13_history.history_after_retention(harness, idle_days) == expected
+
+
+async def test_ex13_2_a_thread_waiting_for_approval_is_never_deleted(harness):
+    assert await ex13_history.waiting_thread_survives(harness) == {
+        "waiting_thread": "pruned", "finished_thread": "deleted", "checkpoints_left": 1, "pending_requests": 1,
+        "refunds_after_resume": 2,
+    }
+
+
+async def test_ex14_1_input_tokens_grow_with_the_history(harness):
+    ep = await harness.run_episode("refund", "full", thread_id="t-ex14-tokens")
+    frame = await ex14_observability.tokens_by_super_step(harness, ep.thread_id)
+    assert frame.to_dict("list") == {"step": [1, 3, 5], "input_tokens": [35, 239, 405], "output_tokens": [119, 119, 5],
+                                     "cumulative_input_tokens": [35, 274, 679]}
+
+
+async def test_ex14_2_retries_lists_the_retried_tools_node_and_nothing_in_a_clean_run(harness):
+    from agentlab.observability import episode_with_a_retry
+
+    clean = await harness.run_episode("refund", "full", thread_id="t-ex14-clean")
+    retried = await episode_with_a_retry(harness, thread_id="t-ex14-retried")
+    assert (await ex14_observability.retries(harness, clean.thread_id)).empty
+    assert (await ex14_observability.retries(harness, retried.thread_id)).to_dict("records") == [{
+        "node": "tools", "step": 4, "attempts": 2, "outcomes": "error → ok",
+        "error_class": "psycopg.errors.LockNotAvailable",
+    }]
+
+
+@pytest.mark.parametrize("customer_id,seen_by", [(1, "acme"), (3, "globex"), (5, "initech"), (6, "umbrella")])
+async def test_ex15_1_each_seed_customer_is_seen_by_its_own_tenant_only(harness, customer_id, seen_by):
+    assert await ex15_tenancy.who_sees(harness, customer_id) == {
+        t: t == seen_by for t in ("acme", "globex", "initech", "umbrella")}
+
+
+@pytest.mark.parametrize("tenant,expected", [
+    ("acme", {"update_credit": 0, "memo_like_the_tools": 0, "memo_naming_its_tenant": "42501"}),
+    ("globex", {"update_credit": 1, "memo_like_the_tools": 1, "memo_naming_its_tenant": 1}),
+])
+async def test_ex15_2_hidden_rows_are_silent_and_a_foreign_tenant_row_is_refused(harness, tenant, expected):
+    assert await ex15_tenancy.write_as(harness, tenant, 3, "globex") == expected
+    assert (await harness.df("SELECT credit_cents FROM customers WHERE id = 3")).credit_cents[0] == 7500  # rolled back

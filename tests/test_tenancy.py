@@ -371,6 +371,13 @@ async def test_cross_tenant_fault_gives_effects_without_isolation_and_none_under
         assert rows[name]["cross_tenant_effects"] >= 1, name
 
 
+async def test_compare_isolation_takes_a_safeguards_value_so_only_isolation_differs(database_url):
+    without = preset("full").replace(isolation=False, name="full without isolation")
+    rows = await compare_isolation([without, "full"], "refund", url=database_url)
+    assert [(r["preset"], r["isolation"], r["cross_tenant_effects"], r["effect_kinds"]) for r in rows] == [
+        ("full without isolation", False, 1, ["credit_memo"]), ("full", True, 0, [])]
+
+
 async def test_foreign_customer_helpers(harness):
     sc = with_foreign_customer(get_scenario("refund"))
     assert [c.tenant_id for c in sc.customers] == ["acme", "globex"]
