@@ -328,7 +328,9 @@ INTERNAL_IDENTIFIERS = (
     "outbox", "checkpoint_blobs", "checkpoint_writes", "credit_memos",
     "customers_credit_nonnegative", "invoices_one_per_period", "credit_memos_one_per_reference",
     "refunds_one_per_reference", "invoices_customer_fk", "credit_memos_customer_fk", "refunds_customer_fk",
-    "credit_memos_invoice_fk", "psycopg",
+    "credit_memos_invoice_fk", "customers_tenant_id_unique", "invoices_tenant_id_unique",
+    "invoices_customer_tenant_fk", "credit_memos_customer_tenant_fk", "credit_memos_invoice_tenant_fk",
+    "refunds_customer_tenant_fk", "psycopg",
 )
 LEAK_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("dsn", re.compile(r"postgres(?:ql)?://|\b(?:password|passwd|pwd|dbname|sslmode|user)\s*=", re.I)),

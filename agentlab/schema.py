@@ -392,6 +392,21 @@ MIGRATIONS: list[tuple[str, str]] = [
             ADD COLUMN output_tokens integer;
         """,
     ),
+    (
+        "tenant-scoped foreign keys: a row's tenant must be its customer's (and its invoice's) tenant",
+        """
+        ALTER TABLE public.customers ADD CONSTRAINT customers_tenant_id_unique UNIQUE (tenant_id, id);
+        ALTER TABLE public.invoices ADD CONSTRAINT invoices_tenant_id_unique UNIQUE (tenant_id, id);
+        ALTER TABLE public.invoices ADD CONSTRAINT invoices_customer_tenant_fk
+            FOREIGN KEY (tenant_id, customer_id) REFERENCES public.customers (tenant_id, id);
+        ALTER TABLE public.credit_memos ADD CONSTRAINT credit_memos_customer_tenant_fk
+            FOREIGN KEY (tenant_id, customer_id) REFERENCES public.customers (tenant_id, id);
+        ALTER TABLE public.credit_memos ADD CONSTRAINT credit_memos_invoice_tenant_fk
+            FOREIGN KEY (tenant_id, invoice_id) REFERENCES public.invoices (tenant_id, id);
+        ALTER TABLE public.refunds ADD CONSTRAINT refunds_customer_tenant_fk
+            FOREIGN KEY (tenant_id, customer_id) REFERENCES public.customers (tenant_id, id);
+        """,
+    ),
 ]
 
 INSERT_SEED_CUSTOMER = (
