@@ -27,7 +27,6 @@ from enum import Enum
 from typing import Any
 
 import psycopg
-from psycopg import errors as pgerr
 
 
 class AgentlabError(Exception):

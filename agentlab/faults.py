@@ -275,7 +275,10 @@ CREATE OR REPLACE TRIGGER chaos_slow_statement BEFORE UPDATE ON lax.customers
 """
 SLOW_ARM = "INSERT INTO public.chaos_slow_customers (customer_id) VALUES (%s) ON CONFLICT DO NOTHING"
 SLOW_DISARM = "DELETE FROM public.chaos_slow_customers WHERE customer_id = %s"
-SLOW_SEEN = "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = 4242 AND objid = %s)"
+SLOW_SEEN = (
+    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = 4242 AND objid = %s"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
+)
 
 
 @dataclass(frozen=True)

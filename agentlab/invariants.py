@@ -157,7 +157,7 @@ def check_messages(messages: list, thread_id: str, safeguards: Safeguards | None
     out: list[Violation] = []
     answers = _answers(messages)
     call_ids = [tc["id"] for _, calls in _batches(messages) for tc in calls]
-    for call_id, n in Counter(call_ids).items():
+    for call_id in Counter(call_ids):
         got = len(answers.get(call_id, []))
         if got != 1:
             out.append(Violation("unanswered_call", thread_id, f"tool call {call_id} has {got} ToolMessages"))

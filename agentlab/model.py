@@ -129,7 +129,7 @@ class ScriptedChatModel(BaseChatModel):
                 # conflict (already exists), rejected, internal: the call is given up or done
             if saw_raw and not saw_not_applied:
                 # cannot tell what was applied: send the whole batch again, fixed where it errored
-                for (s, k), args, kind, category in batch:
+                for (_, k), args, _, _ in batch:
                     if k not in nxt:
                         nxt[k] = args
             outstanding = {k: v for k, v in sorted(nxt.items()) if sends.get((step, k), 0) < MAX_SENDS_PER_CALL}

@@ -16,12 +16,9 @@ a pool of its own that opens on first use, so a rollback in the kit never unsend
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 
-from psycopg_pool import AsyncConnectionPool
-
-from agentlab.provider import Clock
+from agentlab.provider import Clock, OutsideService
 
 NOTIFY_TOPIC = "notify.email"
 
@@ -39,7 +36,7 @@ FROM notify.messages WHERE (%(recipient)s::text IS NULL OR recipient = %(recipie
 """
 
 
-class FakeNotifier:
+class FakeNotifier(OutsideService):
     """The fake e-mail service. Use as ``async with FakeNotifier(url) as notifier:`` or let it open lazily.
 
     Args:
@@ -48,30 +45,9 @@ class FakeNotifier:
     """
 
     def __init__(self, url: str, *, clock: Clock | None = None):
-        self.url = url
+        super().__init__(url, min_size=0, max_size=2)
         self.clock = clock or Clock()
         self.sent = 0  # messages delivered by this instance, for the lab's tables (not used for any check)
-        self._pool = AsyncConnectionPool(url, min_size=0, max_size=2, open=False, kwargs={"autocommit": True})
-        self._opened = False
-        self._open_lock = asyncio.Lock()
-
-    async def open(self) -> "FakeNotifier":
-        async with self._open_lock:
-            if not self._opened:
-                await self._pool.open(wait=True)
-                self._opened = True
-        return self
-
-    async def close(self) -> None:
-        if self._opened:
-            await self._pool.close()
-            self._opened = False
-
-    async def __aenter__(self) -> "FakeNotifier":
-        return await self.open()
-
-    async def __aexit__(self, *exc) -> None:
-        await self.close()
 
     async def send(self, recipient: str, subject: str, body: str, *, reference: str | None = None,
                    corrects: str | None = None) -> dict:

@@ -81,26 +81,20 @@ def customer_ref(customer_id: int) -> str:
     return f"cus_{customer_id}"
 
 
-class FakePaymentProvider:
-    """The fake provider. Use as ``async with FakePaymentProvider(url) as provider:``.
+class OutsideService:
+    """An outside system simulated on its own connection pool (never inside the kit's transactions).
 
-    Args:
-        url: conninfo of the database holding the ``provider`` schema.
-        retention_s: how long an idempotency key is remembered, in seconds (Stripe: 24 h).
-        clock: the clock keys age on; share one to move time in a test.
+    Use as ``async with Service(url) as service:`` or let it open on first use.
     """
 
-    def __init__(self, url: str, *, retention_s: float = DEFAULT_RETENTION_S, clock: Clock | None = None):
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 4):
         self.url = url
-        self.retention_s = retention_s
-        self.clock = clock or Clock()
-        self._faults: deque[tuple[str, tuple[str | None, str | None]]] = deque()
-        self.requests = 0  # calls received, for the lab's tables (not used for any check)
-        self._pool = AsyncConnectionPool(url, min_size=1, max_size=4, open=False, kwargs={"autocommit": True})
+        self._pool = AsyncConnectionPool(url, min_size=min_size, max_size=max_size, open=False,
+                                         kwargs={"autocommit": True})
         self._opened = False
         self._open_lock = asyncio.Lock()
 
-    async def open(self) -> "FakePaymentProvider":
+    async def open(self):
         async with self._open_lock:
             if not self._opened:
                 await self._pool.open(wait=True)
@@ -112,11 +106,29 @@ class FakePaymentProvider:
             await self._pool.close()
             self._opened = False
 
-    async def __aenter__(self) -> "FakePaymentProvider":
+    async def __aenter__(self):
         return await self.open()
 
     async def __aexit__(self, *exc) -> None:
         await self.close()
+
+
+class FakePaymentProvider(OutsideService):
+    """The fake provider. Use as ``async with FakePaymentProvider(url) as provider:``.
+
+    Args:
+        url: conninfo of the database holding the ``provider`` schema.
+        retention_s: how long an idempotency key is remembered, in seconds (Stripe: 24 h).
+        clock: the clock keys age on; share one to move time in a test.
+    """
+
+    def __init__(self, url: str, *, retention_s: float = DEFAULT_RETENTION_S, clock: Clock | None = None):
+        super().__init__(url)
+        self.retention_s = retention_s
+        self.clock = clock or Clock()
+        self._faults: deque[tuple[str, tuple[str | None, str | None]]] = deque()
+        self.requests = 0  # calls received, for the lab's tables (not used for any check)
+
 
     # ------------------------------------------------------------------ faults
 

@@ -12,7 +12,7 @@ sends once told which argument is wrong, as an LLM does after a FAILED message n
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 

@@ -88,7 +88,8 @@ async def test_a_retry_leaves_the_final_state_of_a_clean_run_and_one_more_node_e
         ("tools", 4, 2, "ok"), ("agent", 5, 1, "ok")]
     assert nodes["error_class"].dropna().tolist() == ["psycopg.errors.LockNotAvailable"]
     # the lock was released: nobody waits on the customer's row any more
-    assert (await harness.df("SELECT count(*) AS n FROM pg_locks WHERE NOT granted")).n[0] == 0
+    assert (await harness.df("SELECT count(*) AS n FROM pg_locks WHERE NOT granted AND database = "
+                             "(SELECT oid FROM pg_database WHERE datname = current_database())")).n[0] == 0
 
 
 async def test_timeline_labels_of_close_bars_in_one_lane_do_not_share_a_row(harness):

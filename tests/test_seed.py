@@ -9,7 +9,7 @@ import pytest
 
 from agentlab.node import Outcome
 from agentlab.safeguards import preset
-from conftest import fetch, scalar
+from conftest import scalar
 
 
 def calls(*specs):
