@@ -12,6 +12,9 @@ import logging
 import shutil
 import sys
 
+import psycopg
+from psycopg_pool import PoolTimeout
+
 from agentlab import db
 from agentlab.errors import AgentlabError
 
@@ -45,6 +48,9 @@ def _cmd_db(args: argparse.Namespace) -> int:
             print("DATABASE_URL is set: that server is not the kit's to stop")
         else:
             print("embedded server stopped" if db.stop_embedded() else "embedded server was not running")
+    elif args.action == "clean":
+        dropped = db.clean()
+        print(f"dropped {len(dropped)} leftover database(s) nobody was using" + (": " + ", ".join(dropped) if dropped else ""))
     elif args.action == "list":
         for name in db.list_databases():
             print(name)
@@ -82,7 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     chaos.set_defaults(func=_cmd_chaos)
 
     dbp = sub.add_parser("db", help="the database server: url, start, stop, list, reset")
-    dbp.add_argument("action", choices=["url", "start", "stop", "list", "reset"])
+    dbp.add_argument("action", choices=["url", "start", "stop", "list", "clean", "reset"],
+                     help="clean: drop leftover databases of interrupted runs; reset: start from scratch "
+                     "(embedded: stop it and remove its data folder; DATABASE_URL: drop every agentlab database)")
     dbp.set_defaults(func=_cmd_db)
     return parser
 
@@ -92,12 +100,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
-    if not args.verbose:
-        logging.getLogger("agentlab.events").setLevel(logging.ERROR)
+    if not args.verbose:  # expected outcomes (a parked saga, a discarded broken connection) are not news
+        for name in ("agentlab", "psycopg.pool"):
+            logging.getLogger(name).setLevel(logging.ERROR)
     try:
         return args.func(args)
     except db.DatabaseUnavailable as exc:
         print(f"agentlab: {exc}", file=sys.stderr)
+        return 2
+    except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
+        reason = db._connect_reason(exc)
+        print(f"agentlab: lost the database during the run ({type(exc).__name__}: {reason}); nothing after that "
+              "point was applied. Check the server (`python -m agentlab db start`) and run again", file=sys.stderr)
         return 2
     except AgentlabError as exc:
         print(f"agentlab: {exc}", file=sys.stderr)

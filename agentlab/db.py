@@ -23,6 +23,7 @@ import logging
 import os
 import re
 import secrets
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -59,10 +60,27 @@ class ServerInfo:
 
 # --------------------------------------------------------------------------- URLs
 
-def redact(url: str) -> str:
-    """Return ``url`` with any password replaced by ``***`` (URL or key=value form)."""
-    url = re.sub(r"(://[^:/@]*:)[^@]+@", r"\1***@", url)
-    return re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", url)
+SECRET_PATTERNS = (
+    (re.compile(r"(://[^:/@\s]*:)[^@\s]+@"), r"\1***@"),  # postgresql://user:password@host
+    (re.compile(r"(?i)(password\s*=\s*)('[^']*'|\S+)"), r"\1***"),  # key=value conninfo
+    (re.compile(r"(?i)\b((?:secret|token|api[_-]?key|access[_-]?key|secret[_-]?access[_-]?key|[a-z_]*_secret)"
+                r"[a-z_]*\s*[=:]\s*)('[^']*'|\"[^\"]*\"|\S+)"), r"\1***"),
+    (re.compile(r"\b(sk|rk|pk)_(live|test)_[A-Za-z0-9]+"), r"\1_\2_***"),  # payment provider keys
+    (re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]+"), "Bearer ***"),
+    (re.compile(r"\b(?:\d[ -]?){12,18}\d\b"), "****CARD****"),  # card-number-like digit runs
+)
+
+
+def redact(text: str) -> str:
+    """Return ``text`` with passwords, keys, tokens and card numbers replaced by ``***``.
+
+    Used on everything the kit logs or stores as error detail: a DSN's password (URL or key=value
+    form), ``secret=`` / ``token=`` / ``api_key=`` values, ``sk_live_...`` keys, bearer tokens and
+    card-number-like runs of 13 to 19 digits.
+    """
+    for pattern, replacement in SECRET_PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
 
 
 def with_dbname(url: str, dbname: str) -> str:
@@ -78,9 +96,26 @@ def dbname_of(url: str) -> str:
 # --------------------------------------------------------------------------- embedded server
 
 def data_dir() -> Path:
-    """Per-user folder of the embedded server's data (``$AGENTLAB_HOME/pgdata`` if that is set)."""
+    """Per-user folder of the embedded server's data: ``$AGENTLAB_HOME/pgdata`` if that is set, else
+    ``platformdirs.user_data_path("agentlab")/pgdata``, else (when that path holds a space, as macOS's
+    ``Application Support`` does: the server's socket option cannot take one) ``~/.agentlab/pgdata``.
+
+    Raises:
+        DatabaseUnavailable: ``AGENTLAB_HOME`` holds whitespace.
+    """
     home = os.environ.get("AGENTLAB_HOME")
-    base = Path(home) if home else platformdirs.user_data_path("agentlab")
+    if home:
+        if any(ch.isspace() for ch in home):
+            raise DatabaseUnavailable(
+                f"AGENTLAB_HOME ({home!r}) contains a space, which the embedded PostgreSQL cannot use; "
+                "choose a folder without spaces"
+            )
+        return Path(home) / "pgdata"
+    base = platformdirs.user_data_path("agentlab")
+    if any(ch.isspace() for ch in str(base)):
+        base = Path.home() / ".agentlab"
+    if any(ch.isspace() for ch in str(base)):
+        base = Path(tempfile.gettempdir()) / f"agentlab-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
     return base / "pgdata"
 
 
@@ -100,28 +135,54 @@ def _embedded_module():
 def start_embedded() -> ServerInfo:
     """Start the embedded server, or attach to the one already running; return where it is.
 
+    Processes that start it at the same moment (two terminals, two notebooks on first use) are
+    serialized by a file lock next to the data folder, so one runs ``initdb`` and the others attach.
+
     Raises:
         DatabaseUnavailable: initdb or start failed (the server log's path is in the message).
     """
+    import fasteners
+
     pgdata = data_dir()
-    cold = not (pgdata / "PG_VERSION").exists()
     t0 = time.perf_counter()
     try:
         pgdata.parent.mkdir(parents=True, exist_ok=True)
-        ep = _embedded_module()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            server = ep.get_server(pgdata, cleanup_mode=None)
-        url = server.get_uri("postgres")
-        _configure_embedded(url, pgdata, ep, restart=cold)
-    except DatabaseUnavailable:
-        raise
-    except Exception as exc:
+    except OSError as exc:
         raise DatabaseUnavailable(
-            f"could not start the embedded PostgreSQL in {pgdata} ({type(exc).__name__}); "
-            f"see {pgdata / 'log'}, run `python -m agentlab db reset`, or set {ENV_VAR}"
+            f"cannot create the embedded server's folder {pgdata.parent} ({exc.strerror or exc}); "
+            "set AGENTLAB_HOME to a writable folder without spaces"
         ) from exc
+    ep = _embedded_module()
+    cold = not (pgdata / "PG_VERSION").exists()
+    last: Exception | None = None
+    with fasteners.InterProcessLock(str(pgdata.parent / ".agentlab-start.lock")):
+        cold = not (pgdata / "PG_VERSION").exists()
+        for attempt in range(3):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    server = ep.get_server(pgdata, cleanup_mode=None)
+                url = server.get_uri("postgres")
+                _configure_embedded(url, pgdata, ep, restart=cold)
+                break
+            except Exception as exc:  # a stale pid file, a server still shutting down: wait, retry
+                last = exc
+                ep.PostgresServer._instances.pop(pgdata.resolve(), None)
+                time.sleep(0.5 * (attempt + 1))
+        else:
+            log_file = pgdata / "log"
+            where = f"see {log_file}; " if log_file.exists() else ""
+            raise DatabaseUnavailable(
+                f"could not start the embedded PostgreSQL in {pgdata} ({type(last).__name__}: "
+                f"{_one_line(last)}); {where}if it keeps failing, `python -m agentlab db reset` starts "
+                f"from a fresh data folder, or set {ENV_VAR}"
+            ) from last
     return ServerInfo(url=url, embedded=True, start_s=time.perf_counter() - t0, cold=cold)
+
+
+def _one_line(exc: BaseException | None) -> str:
+    lines = [ln.strip() for ln in str(exc or "").strip().splitlines() if ln.strip()]
+    return redact(lines[-1])[:200] if lines else ""
 
 
 EMBEDDED_SETTINGS = {"max_connections": "300"}  # experiments, notebooks and tests share one server
@@ -190,19 +251,35 @@ def server_url() -> str:
 
 
 def _check_reachable(url: str) -> None:
+    from_env = bool(os.environ.get(ENV_VAR))
+    where = "DATABASE_URL" if from_env else "the embedded server"
     try:
         with psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
             conn.execute("SELECT 1")
+    except psycopg.ProgrammingError as exc:  # not a conninfo string or URL at all
+        raise DatabaseUnavailable(
+            f"{where} is not a PostgreSQL connection string ({redact(url)}): {_one_line(exc)}; "
+            "it should look like postgresql://user:password@host:5432/postgres"
+        ) from exc
     except psycopg.Error as exc:
-        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        reason = redact(reason)
-        where = "DATABASE_URL" if os.environ.get(ENV_VAR) else "the embedded server"
-        fix = (
-            "start it (`docker compose up -d`) or unset DATABASE_URL to use the embedded server"
-            if os.environ.get(ENV_VAR)
-            else "run `python -m agentlab db reset`"
-        )
+        reason = _connect_reason(exc)
+        if re.search(r"authentication failed|role .* does not exist|database .* does not exist|no password", reason):
+            fix = "check the user, password and database name in DATABASE_URL"
+        elif from_env:
+            fix = "start that server (`docker compose up -d`) or unset DATABASE_URL to use the embedded server"
+        else:
+            fix = "retry in a few seconds; if it keeps failing, `python -m agentlab db reset`"
         raise DatabaseUnavailable(f"cannot connect to {where} ({redact(url)}): {reason}; {fix}") from exc
+
+
+def _connect_reason(exc: BaseException) -> str:
+    """The informative part of a connection error: 'Connection refused', 'password authentication failed'..."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    for ln in lines:
+        m = re.search(r".*failed: (.+)$", ln)
+        if m and not m.group(1).startswith("Is the server"):
+            return redact(m.group(1))[:200]
+    return redact(lines[0])[:200] if lines else type(exc).__name__
 
 
 @contextlib.contextmanager
@@ -226,7 +303,11 @@ def ensure_template() -> str:
     """Build the template database if it is missing (migrations, seed, checkpointer tables).
 
     Safe across processes: builds are serialized by an advisory lock and a half-built template is
-    built under another name and renamed only when complete.
+    built under another name and renamed only when complete. It is marked ``IS_TEMPLATE``, so any
+    role with ``CREATEDB`` on a shared server can copy it, whoever built it.
+
+    Raises:
+        DatabaseUnavailable: no server, or the role may not create databases (or join the agent role).
     """
     from agentlab import schema
 
@@ -235,17 +316,28 @@ def ensure_template() -> str:
         if _exists(conn, name):
             return name
         conn.execute("SELECT pg_advisory_lock(%s)", (TEMPLATE_LOCK_KEY,))
+        building = f"{name}_building"
         try:
             if _exists(conn, name):
                 return name
-            building = f"{name}_building"
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(building)))
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(building)))
             schema.build_template(with_dbname(server_url(), building))
             conn.execute(
                 sql.SQL("ALTER DATABASE {} RENAME TO {}").format(sql.Identifier(building), sql.Identifier(name))
             )
+            conn.execute(sql.SQL("ALTER DATABASE {} IS_TEMPLATE true").format(sql.Identifier(name)))
             log.info("built template database %s", name)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(building)))
+            hint = exc.diag.message_hint or ""
+            raise DatabaseUnavailable(
+                f"the database role may not set up the kit's databases: {_one_line(exc)}"
+                + (f" ({hint.strip()})" if hint else "; it needs CREATEDB (ALTER ROLE ... CREATEDB)")
+            ) from exc
+        except BaseException:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(building)))
+            raise
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (TEMPLATE_LOCK_KEY,))
     return name
@@ -274,6 +366,11 @@ def create_database(purpose: str = "scratch") -> str:
                     sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template))
                 )
                 break
+            except psycopg.errors.InsufficientPrivilege as exc:
+                raise DatabaseUnavailable(
+                    f"the database role may not create databases ({_one_line(exc)}); the kit makes one per "
+                    "run, so it needs CREATEDB (ALTER ROLE ... CREATEDB)"
+                ) from exc
             except psycopg.errors.ObjectInUse:
                 # another session is still attached to the template (a build just finished); retry
                 time.sleep(0.05 * (attempt + 1))
@@ -283,21 +380,43 @@ def create_database(purpose: str = "scratch") -> str:
 
 
 def drop_database(url_or_name: str) -> None:
-    """Drop a database made by :func:`create_database` (by name or conninfo), closing its sessions."""
+    """Drop a database made by :func:`create_database` or a template (by name or conninfo), closing
+    its sessions. Raises ValueError for a name the kit did not make."""
     name = url_or_name if "=" not in url_or_name and "://" not in url_or_name else dbname_of(url_or_name)
     if not name.startswith(DB_PREFIX):
         raise ValueError(f"refusing to drop {name!r}: not an agentlab database")
     with admin_connection() as conn:
+        if _exists(conn, name):
+            conn.execute(sql.SQL("ALTER DATABASE {} IS_TEMPLATE false").format(sql.Identifier(name)))
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
+LIST_DATABASES = """
+SELECT d.datname, d.datistemplate, (SELECT count(*) FROM pg_stat_activity a WHERE a.datname = d.datname)
+FROM pg_database d WHERE d.datname LIKE 'agentlab\\_%%' ORDER BY d.datname
+"""
+
+
 def list_databases() -> list[str]:
-    """Names of every agentlab database on the server (templates included)."""
+    """Names of every agentlab database on the server (templates included): ``agentlab_...`` only."""
+    return [name for name, _, _ in _databases()]
+
+
+def _databases() -> list[tuple[str, bool, int]]:
     with admin_connection() as conn:
-        rows = conn.execute(
-            "SELECT datname FROM pg_database WHERE datname LIKE %s ORDER BY datname", (DB_PREFIX + "%",)
-        ).fetchall()
-    return [r[0] for r in rows]
+        return [tuple(r) for r in conn.execute(LIST_DATABASES).fetchall()]
+
+
+def clean() -> list[str]:
+    """Drop the leftovers of interrupted runs: agentlab databases that are not templates and that no
+    session is connected to. Returns their names. Databases in use by a running notebook, test or
+    experiment are left alone."""
+    dropped = []
+    for name, is_template, sessions in _databases():
+        if not is_template and sessions == 0:
+            drop_database(name)
+            dropped.append(name)
+    return dropped
 
 
 def reset() -> int:

@@ -175,6 +175,9 @@ RULES: tuple[Rule, ...] = (
     Rule("25P03", Category.TRANSIENT, True, INFRA_UNAVAILABLE),  # idle-in-transaction timeout
     Rule("25", Category.INTERNAL, False, "the tool failed because of an internal error; do not retry this call."),
     Rule("55", Category.TRANSIENT, True, INFRA_UNAVAILABLE),
+    # class 28: the tool's own credentials were refused; permanent, so neither retried nor fixable by the model
+    Rule("28", Category.INTERNAL, False, "the tool cannot reach its database; this is not something you can fix. "
+         "Do not retry this call."),
     Rule("42883", Category.INVALID_ARGUMENTS, False, "an argument has the wrong type; check every argument's type."),
     Rule("42804", Category.INVALID_ARGUMENTS, False, "an argument has the wrong type; check every argument's type."),
     Rule("42501", Category.NOT_FOUND, False, "no such record was found; check the ids."),  # privilege / row security
@@ -220,7 +223,7 @@ def _pydantic_reason(exc: Any, allowed: tuple[str, ...]) -> str:
         )
         if kind == "extra_forbidden":
             name = loc if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,40}", loc or "") else None
-            if name and find_leaks(name):  # e.g. a ``tenant_id`` key: do not echo an internal name back
+            if name and find_leaks(name):  # e.g. an internal column name: do not echo it back
                 name = None
             what = f"'{name}' is not an argument of this tool" if name else "an unknown argument was sent"
             parts.append(f"{what} (allowed: {', '.join(allowed)})" if allowed else what)
@@ -241,7 +244,8 @@ def _pydantic_reason(exc: Any, allowed: tuple[str, ...]) -> str:
         elif kind in ("string_too_long",):
             parts.append(f"{field} is too long (at most {ctx.get('max_length')} characters)")
         elif kind in ("string_too_short",):
-            parts.append(f"{field} is too short (at least {ctx.get('min_length')} characters)")
+            n = ctx.get("min_length")
+            parts.append(f"{field} is too short (at least {n} character{'s' if n != 1 else ''})")
         elif kind == "string_pattern_mismatch":
             parts.append(f"{field} has the wrong format")
         elif kind in ("value_error", "assertion_error"):
@@ -323,7 +327,7 @@ def _detail(exc: BaseException) -> str:
 # Internal identifiers that must never reach the model. Tool argument names (customer_id,
 # amount_cents, ...) are the tools' public API and are allowed.
 INTERNAL_IDENTIFIERS = (
-    "tool_executions", "schema_migrations", "idempotency_key", "dedupe_key", "credit_cents", "tenant_id",
+    "tool_executions", "schema_migrations", "idempotency_key", "dedupe_key", "credit_cents",
     "outbox", "checkpoint_blobs", "checkpoint_writes", "credit_memos",
     "customers_credit_nonnegative", "invoices_one_per_period", "credit_memos_one_per_reference",
     "refunds_one_per_reference", "invoices_customer_fk", "credit_memos_customer_fk", "refunds_customer_fk",

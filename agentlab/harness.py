@@ -19,11 +19,13 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from agentlab import db
+from agentlab.errors import is_infrastructure
 from agentlab.events import EventLog
 from agentlab.graph import build_graph, run_config, unanswered_tool_calls
 from agentlab.model import ScriptedChatModel
@@ -33,6 +35,9 @@ from agentlab.outbox import DrainStats, OutboxWorker
 from agentlab.provider import Clock, FakePaymentProvider, customer_ref
 from agentlab.safeguards import Safeguards, preset
 from agentlab.scenarios import Scenario, create_customers, get_scenario
+
+
+POOL_TIMEOUT_S = 10.0  # how long a borrower waits for a connection before PoolTimeout
 
 
 def checkpointer_pool(url: str, *, behind_pooler: bool = False, max_size: int = 4) -> AsyncConnectionPool:
@@ -77,7 +82,9 @@ class Harness:
         self.url = url
         self.owns_database = owns_database
         self.keep = keep
-        self.pool = AsyncConnectionPool(url, min_size=1, max_size=pool_max, kwargs={"autocommit": True}, open=False)
+        # behind a transaction-mode pooler prepared statements must be off for the tools' SQL too (C11)
+        self.pool = AsyncConnectionPool(url, min_size=1, max_size=pool_max, timeout=POOL_TIMEOUT_S, open=False,
+                                        kwargs={"autocommit": True, **({"prepare_threshold": None} if behind_pooler else {})})
         self.checkpointer_pool = checkpointer_pool(url, behind_pooler=behind_pooler)
         self.saver: AsyncPostgresSaver | None = None
         self.provider = FakePaymentProvider(url, clock=clock)
@@ -131,6 +138,18 @@ class Harness:
         return build_graph(model, self.node(safeguards), checkpointer=self.saver if checkpointer else None,
                            approval=approval)
 
+    async def ensure_reachable(self, cause: BaseException | None = None) -> None:
+        """Raise :class:`agentlab.db.DatabaseUnavailable` when the server no longer answers a fresh
+        connection (within ``db.CONNECT_TIMEOUT_S``): a run cannot go on without its database."""
+        try:
+            conn = await psycopg.AsyncConnection.connect(self.url, connect_timeout=db.CONNECT_TIMEOUT_S)
+            await conn.close()
+        except psycopg.Error as exc:
+            raise db.DatabaseUnavailable(
+                f"lost the database server during the run ({db._connect_reason(exc)}); what committed before "
+                "stays, the rest was not applied. Start it again (`python -m agentlab db start`) and re-run"
+            ) from (cause or exc)
+
     async def create_customers(self, scenario: Scenario, safeguards: Safeguards) -> list[int]:
         """The scenario's customers, new rows in the schema ``safeguards`` writes to."""
         async with self.pool.connection() as conn:
@@ -168,6 +187,8 @@ class Harness:
         try:
             state = await graph.ainvoke({"messages": [HumanMessage(scenario.prompt)]}, config, durability=durability)
         except Exception as exc:
+            if is_infrastructure(exc):
+                await self.ensure_reachable(exc)
             ep.error = f"{type(exc).__name__}: {exc}"
             snapshot = await graph.aget_state(config) if graph.checkpointer is not None else None
             state = snapshot.values if snapshot is not None else {}

@@ -128,6 +128,7 @@ class FakePaymentProvider(OutsideService):
         self.clock = clock or Clock()
         self._faults: deque[tuple[str, tuple[str | None, str | None]]] = deque()
         self.requests = 0  # calls received, for the lab's tables (not used for any check)
+        self.request_log: list[tuple[str | None, str]] = []  # (idempotency key, body hash) per request received
 
 
     # ------------------------------------------------------------------ faults
@@ -197,12 +198,13 @@ class FakePaymentProvider(OutsideService):
     async def _create(self, kind, customer_id, amount_cents, key, reference) -> dict:
         await self.open()
         self.requests += 1
-        fault = self._take_fault(customer_ref(customer_id), reference) if self._faults else None
-        if fault == "unavailable":
-            raise ProviderUnavailable("payment provider unavailable (503)")
         body = {"kind": kind, "customer": customer_ref(customer_id), "amount_cents": amount_cents,
                 "currency": "usd", "reference": reference}
         request_hash = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        self.request_log.append((key, request_hash))
+        fault = self._take_fault(customer_ref(customer_id), reference) if self._faults else None
+        if fault == "unavailable":
+            raise ProviderUnavailable("payment provider unavailable (503)")
         now = self.clock.now()
         async with self._pool.connection() as conn, conn.transaction():
             response = None

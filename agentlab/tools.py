@@ -4,7 +4,7 @@ Argument models (pydantic, ``strict=True``, ``extra="forbid"``) are also the too
 schemas: each class is named after its tool and its docstring is the tool's description, so
 ``model.bind_tools(tool_schemas())`` works as is.
 
-Decided rules for LLM-shaped values (case C04; tests/test_tools.py checks every row):
+Decided rules for LLM-shaped values (case C04; tests/test_validation.py checks every row):
 
 =====================================  ==========================================================
 value sent for a money or id field     outcome
@@ -64,10 +64,16 @@ def _iso_date(value: Any) -> date:
         raise ValueError("is not a real calendar date; use the form YYYY-MM-DD") from None
 
 
+FIRST_BILLING_PERIOD = date(2000, 1, 1)
+LAST_BILLING_PERIOD = date(2099, 12, 1)
+
+
 def _first_of_month(value: Any) -> date:
     d = _iso_date(value)
     if d.day != 1:
         raise ValueError("must be the first day of the billing month, for example 2026-03-01")
+    if not FIRST_BILLING_PERIOD <= d <= LAST_BILLING_PERIOD:
+        raise ValueError(f"must be a billing month between {FIRST_BILLING_PERIOD} and {LAST_BILLING_PERIOD}")
     return d
 
 

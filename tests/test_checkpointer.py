@@ -46,6 +46,8 @@ async def test_c11_the_checkpointer_has_its_own_autocommit_dict_row_pool(databas
             assert conn.autocommit is True
             assert conn.row_factory is dict_row
             assert conn.prepare_threshold == threshold
+        async with h.pool.connection() as conn:  # the tools' pool too: a pooler cannot keep prepared statements
+            assert conn.prepare_threshold == (None if behind_pooler else 5)
         ep = await h.run_episode("invoice", "full", thread_id=f"t-c11-{behind_pooler}")
         assert ep.error is None and not ep.unanswered
         tuple_ = await h.saver.aget_tuple({"configurable": {"thread_id": ep.thread_id}})

@@ -29,8 +29,21 @@ async def test_c08_provider_times_out_after_charging_and_the_retry_charges_nothi
     # the only idempotency key is the outbox row's dedupe key; the request body was the same
     keys = await fetch(harness, "SELECT key FROM provider.idempotency_keys")
     assert keys == [("charge:3:2026-05-01",)]
+    # the retry first asked the provider for a payment with this reference, found it, and sent nothing
+    assert stats.reconciled == 1
+    assert [k for k, _ in harness.provider.request_log] == ["charge:3:2026-05-01"]
     status, attempts, ref = (await fetch(harness, "SELECT status, attempts, provider_ref FROM outbox"))[0]
     assert status == "dispatched" and attempts == 2 and ref.startswith("ch_")
+
+
+async def test_c08_every_retry_sends_the_same_key_and_the_same_body(harness):
+    await queue(harness, "charge:3:2026-08-01")
+    harness.provider.fail_next("unavailable", times=2)  # refused before doing any work, twice
+    stats = await harness.worker.drain()
+    assert stats.retried == 2 and stats.dispatched == 1
+    log = harness.provider.request_log
+    assert len(log) == 3 and len(set(log)) == 1 and log[0][0] == "charge:3:2026-08-01"
+    assert await scalar(harness, "SELECT count(*) FROM provider.payments") == 1
 
 
 async def test_c08_same_key_other_parameters_parks_the_row_and_mints_no_key(harness):

@@ -38,6 +38,10 @@ C04_ROWS = [
      "billing_period"),
     ("impossible_date", "CreateInvoice", {"customer_id": 1, "billing_period": "2026-02-30", "amount_cents": 100},
      False, "billing_period"),
+    ("year_one", "CreateInvoice", {"customer_id": 1, "billing_period": "0001-01-01", "amount_cents": 100}, False,
+     "billing_period"),
+    ("year_9999", "CreateInvoice", {"customer_id": 1, "billing_period": "9999-12-01", "amount_cents": 100}, False,
+     "billing_period"),
     ("iso_first_of_month", "CreateInvoice", {"customer_id": 1, "billing_period": "2026-03-01", "amount_cents": 100},
      True, None),
 ]
