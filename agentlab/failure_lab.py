@@ -80,7 +80,7 @@ FROM provider.payments WHERE customer = ANY(%s) GROUP BY customer
 """
 
 
-@dataclass
+@dataclass(repr=False)
 class LabResult:
     """One episode of the failure lab, read back as DataFrames.
 
@@ -110,6 +110,9 @@ class LabResult:
     outbox: pd.DataFrame
     rows: pd.DataFrame
     violations: pd.DataFrame
+
+    def __repr__(self) -> str:
+        return f"LabResult({self.headline()})"
 
     @property
     def thread_id(self) -> str:

@@ -147,7 +147,7 @@ class FailureLab:
                             f"<b>{self.preset.value}</b>: {_html(PRESET_NOTES.get(self.preset.value, ''))}")
 
     def choose(self, *, fault: str | None = None, scenario: str | None = None, preset: str | None = None,
-               seed: int | None = None, episodes: int | None = None) -> "FailureLab":
+               seed: int | None = None, episodes: int | None = None) -> FailureLab:
         """Set the controls as a person would (the fault first, so the scenario's options follow it).
 
         Raises:
