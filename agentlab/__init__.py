@@ -16,6 +16,7 @@ from agentlab.errors import (
 )
 from agentlab.events import EventLog
 from agentlab.experiments import ExperimentResult, run_experiment, safeguard_effects, summarize
+from agentlab.failure_lab import LabResult, LabSession, lab_charts, lab_run, ledger_chart, rollback_rate_chart
 from agentlab.faults import FAMILIES, FAULTS, Fault, fault_table, get_fault
 from agentlab.graph import AgentState, build_graph, repair_orphans, retry_policy, run_config, unanswered_tool_calls
 from agentlab.harness import Episode, Harness
@@ -23,6 +24,7 @@ from agentlab.history import fork, replay, replay_and_fork_experiment, run_from,
 from agentlab.invariants import KINDS, Violation, check_episode, check_messages, count_by_kind
 from agentlab.jobs import JobFailed, JobLost, JobResult, JobStatus, JobStore, JobTimeout
 from agentlab.lab import AgentProcess, FaultRun, Lab, run_fault
+from agentlab.ladder import ladder_chart, rung_table
 from agentlab.model import ScriptedChatModel, load_model
 from agentlab.node import BatchResult, CallResult, Outcome, TransactionalToolsNode, idempotency_key
 from agentlab.notifier import NOTIFY_TOPIC, FakeNotifier
@@ -45,6 +47,7 @@ from agentlab.tenancy import (
     create_foreign_customer, cross_tenant_effects, try_as_agent, with_foreign_customer,
 )
 from agentlab.tools import TOOLS, ToolSpec, get_tool, tool_schemas
+from agentlab.widgets import FailureLab
 
 _logging.getLogger("agentlab").addHandler(_logging.NullHandler())
 
@@ -73,4 +76,7 @@ __all__ = [
     "AgentProcess", "ExperimentResult", "FAMILIES", "FAULTS", "Fault", "FaultRun", "KINDS", "Lab", "SimulatedCrash",
     "Violation", "check_episode", "check_messages", "count_by_kind", "experiment_heatmap", "fault_table", "get_fault",
     "heatmap", "run_experiment", "run_fault", "safeguard_effects", "summarize",
+    # the failure lab as plain calls and as a widget (agentlab.failure_lab, agentlab.widgets, agentlab.ladder)
+    "FailureLab", "LabResult", "LabSession", "lab_charts", "lab_run", "ladder_chart", "ledger_chart",
+    "rollback_rate_chart", "rung_table",
 ]

@@ -17,7 +17,7 @@ HELD = "#e8f5e9"  # a cell with no violation
 
 
 def heatmap(table: pd.DataFrame, *, ax=None, title: str | None = None, xlabel: str = "preset (each adds one safeguard)",
-            ylabel: str = "fault", cbar_label: str = "invariant violations"):
+            ylabel: str = "fault", cbar_label: str = "invariant violations (count)"):
     """Draw ``table`` (rows x columns of counts) as a heatmap; return the matplotlib Figure.
 
     Zero cells are pale green with a ``0``; others go from light to dark red on a square-root scale
@@ -41,9 +41,10 @@ def heatmap(table: pd.DataFrame, *, ax=None, title: str | None = None, xlabel: s
     ax.set_ylabel(ylabel)
     for (r, c), v in pd.DataFrame(values).stack().items():
         dark = v > 0 and (v / vmax) ** 0.5 > 0.6
-        ax.text(c, r, f"{int(v)}", ha="center", va="center", fontsize=8, color="white" if dark else "black")
+        ax.text(c, r, f"{int(v)}", ha="center", va="center", fontsize=10, color="white" if dark else "black")
     ax.set_xticks([x - 0.5 for x in range(1, len(table.columns))], minor=True)
     ax.set_yticks([y - 0.5 for y in range(1, len(table.index))], minor=True)
+    ax.grid(which="major", visible=False)  # a style's grid would cross every cell
     ax.grid(which="minor", color="white", linewidth=1.5)
     ax.tick_params(which="minor", length=0)
     bar = fig.colorbar(image, ax=ax, extend="min")

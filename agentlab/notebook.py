@@ -46,6 +46,7 @@ async def open_notebook(name: str, *, keep: bool = False) -> Harness:
     # a pool discarding a connection a fault killed is expected here, and its message names an address
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     use_projector_style()
+    honour_semicolons()
     pd.set_option("display.max_colwidth", 90)
     pd.set_option("display.width", 160)
     h = await Harness.open(purpose=f"nb{name}", keep=keep)
@@ -53,6 +54,45 @@ async def open_notebook(name: str, *, keep: bool = False) -> Harness:
         atexit.register(_drop_quietly, h.url)
     print(f"notebook {name}: a fresh database is ready")
     return h
+
+
+def honour_semicolons(shell=None) -> bool:
+    """Make a trailing ``;`` hide a cell's value even when the cell runs with ``store_history=False``.
+
+    nbval (0.10 and later) runs every cell with ``store_history=False``; IPython then looks for the ``;``
+    in the last cell *stored* in its history, not the one running (ipython/ipython#14162,
+    computationalmodelling/nbval#194), so ``plt.plot(...);`` shows its value under nbval and not in
+    Jupyter, and a chart appears twice. This remembers each running cell (a ``pre_run_cell`` event) and
+    has the display hook read the ``;`` from it. Returns False outside IPython (nothing to do).
+    Idempotent: a notebook can call it in every first cell.
+    """
+    if shell is None:
+        try:
+            from IPython import get_ipython
+        except ImportError:
+            return False
+        shell = get_ipython()
+    if shell is None or getattr(shell.displayhook, "_agentlab_semicolons", False):
+        return shell is not None
+    hook, running = shell.displayhook, {"cell": None}
+    stored_quiet = hook.quiet
+
+    def remember(info) -> None:
+        running["cell"] = None if info.store_history else info.raw_cell
+
+    def quiet() -> bool:
+        cell = running["cell"]
+        if cell is None:
+            return stored_quiet()
+        try:
+            return hook.semicolon_at_end_of_expression(shell.transform_cell(cell))
+        except Exception:  # a cell the tokenizer cannot read: IPython's own answer
+            return stored_quiet()
+
+    shell.events.register("pre_run_cell", remember)
+    hook.quiet = quiet
+    hook._agentlab_semicolons = True
+    return True
 
 
 def _drop_quietly(url: str) -> None:

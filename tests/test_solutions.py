@@ -9,7 +9,10 @@ from agentlab.batches import tool_calls
 from agentlab.errors import find_leaks
 from agentlab.safeguards import preset
 from solutions import ex02_constraints, ex03_validation, ex04_errors, ex05_transactions, ex06_graph, ex07_ledger
-from solutions import ex08_outbox, ex11_sagas, ex12_approval, ex13_history, ex14_observability, ex15_tenancy
+from solutions import (
+    ex08_outbox, ex09_failure_lab, ex10_safeguards, ex11_sagas, ex12_approval, ex13_history, ex14_observability,
+    ex15_tenancy,
+)
 
 
 @pytest.mark.parametrize("preset_name,expected", [
@@ -141,6 +144,59 @@ async def test_ex08_2_two_workers_share_the_queue_without_doubles(harness):
     assert await ex08_outbox.two_workers(harness) == {
         "dispatched": 10, "charges_at_provider": 10, "distinct_references": 10,
     }
+
+
+@pytest.mark.parametrize("fault,safe_from", [
+    ("crash_before_checkpoint", "ledger"), ("backend_killed", "transaction"), ("provider_timeout", "full"),
+    ("wrong_order", "savepoints"), ("wrong_type", "validated"),
+])
+async def test_ex09_1_each_fault_is_held_from_its_own_rung_on(harness, fault, safe_from):
+    found = await ex09_failure_lab.first_safe_preset(harness, fault)
+    assert found["safe_from"] == safe_from
+    ladder = list(found["violations"])
+    below = ladder[ladder.index(safe_from) - 1]
+    assert found["violations"][below] > 0 and found["violations"]["full"] == 0
+
+
+async def test_ex09_1_the_crash_before_checkpoint_counts_of_the_notebook(harness):
+    assert (await ex09_failure_lab.first_safe_preset(harness, "crash_before_checkpoint"))["violations"] == {
+        "naive": 9, "constraints": 29, "validated": 29, "transaction": 9, "savepoints": 9, "ledger": 0, "full": 0,
+    }
+
+
+async def test_ex09_2_only_the_batch_scenario_charges_twice_after_a_crash_under_savepoints(harness):
+    assert await ex09_failure_lab.violations_per_scenario(harness, "crash_before_checkpoint", "savepoints") == {
+        "refund": ["leak", "unreported_effect"], "invoice": ["leak", "unreported_effect"],
+        "topup": ["leak", "unreported_effect"], "batch": ["leak", "payment_count", "unreported_effect"],
+    }
+    assert await ex09_failure_lab.violations_per_scenario(harness, "crash_before_checkpoint", "ledger") == {
+        "refund": [], "invoice": [], "topup": [], "batch": [],
+    }
+
+
+@pytest.mark.parametrize("switch,faults", [
+    ("outbox", ["fk_violation", "provider_timeout", "worker_crash", "provider_forgot_key"]),
+    ("isolation", ["other_tenant_id"]),
+    ("ledger", ["crash_before_checkpoint"]),
+])
+async def test_ex10_1_each_part_of_full_holds_its_own_faults(harness, switch, faults):
+    table = await ex10_safeguards.knockout(harness, switch)
+    assert list(table.index) == faults
+    assert (table["full"] == 0).all() and (table[f"full without {switch}"] > 0).all()
+
+
+async def test_ex10_1_a_switch_that_cannot_be_off_alone_is_refused(harness):
+    with pytest.raises(ValueError, match="need a transaction"):
+        await ex10_safeguards.knockout(harness, "transaction")
+
+
+async def test_ex10_2_the_ledger_without_savepoints_holds_the_crash_and_misreports_the_check(harness):
+    table = await ex10_safeguards.ledger_without_savepoints(harness)
+    crash, check = table.loc["crash_before_checkpoint"], table.loc["check_violation"]
+    assert crash["all violations"].to_dict() == {"transaction": 17, "transaction+ledger": 0, "ledger": 0}
+    assert check["ledger_mismatch"].to_dict() == {"transaction": 0, "transaction+ledger": 3, "ledger": 0}
+    assert check["half_applied_batch"].to_dict() == {"transaction": 4, "transaction+ledger": 4, "ledger": 0}
+    assert check["all violations"].to_dict() == {"transaction": 14, "transaction+ledger": 17, "ledger": 3}
 
 
 async def test_ex11_1_a_crash_after_the_model_call_does_not_repeat_it(harness):
