@@ -46,7 +46,7 @@ from agentlab.safeguards import PRESETS
 WORKSHOP_PRESETS = tuple(PRESETS)[1:]
 WORKSHOP_FAULTS = tuple(next(f.name for f in FAULTS.values() if f.family == fam) for fam in FAMILIES)
 WORKSHOP_EPISODES = 50
-CONCURRENCY_LEVELS = (8, 16, 32, 64)
+CONCURRENCY_LEVELS = (8, 16, 32)  # 64 would need more connections than a default server (100) leaves
 
 
 @dataclass(frozen=True)

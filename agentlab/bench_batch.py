@@ -34,14 +34,15 @@ BATCH_TENANT = "acme"
 OPENING_CREDIT_CENTS = 10**9 // 2  # the bench deducts one cent per batch
 INSERT_BENCH_CUSTOMER = "INSERT INTO customers (tenant_id, name, credit_cents) VALUES (%s, %s, %s) RETURNING id"
 
-# The statements the node sends for the refund batch under ``full``, as psycopg sends them: a simple
-# query for BEGIN, SAVEPOINT, RELEASE and COMMIT, an extended query (bind parameters) for the rest.
+# The statements the node sends for the refund batch under ``full``, as psycopg sends them: BEGIN, the
+# prelude and the ledger look-up pipelined (one round trip), then a simple query for SAVEPOINT, RELEASE
+# and COMMIT and an extended query (bind parameters) for each tool's and ledger statement.
 BEGIN = "BEGIN"
 PRELUDE = ("SELECT set_config('role', %s, true), set_config('agentlab.tenant_id', %s, true), "
            "set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true), "
            "pg_advisory_xact_lock(hashtextextended(%s, 0))")
-SAVEPOINT = 'SAVEPOINT "_pg3_2"'
-RELEASE = 'RELEASE "_pg3_2"'
+SAVEPOINT = 'SAVEPOINT "_pg3_1"'
+RELEASE = 'RELEASE "_pg3_1"'
 COMMIT = "COMMIT"
 
 _TRACE_MESSAGE = re.compile(r"^([FB])\t\d+\t(\w+)(?:\t ?(.*))?$", re.S)
@@ -107,11 +108,13 @@ async def plain_batch(pool, batch: BatchCalls, *, statement_timeout_ms: int = 20
     memo_args, credit_args, refund_args = batch.args
     keys = [idempotency_key(thread, cid) for cid in batch.call_ids]
     async with pool.connection() as conn:
-        await conn.execute(BEGIN)
         try:
-            await conn.execute(PRELUDE, (AGENT_ROLE, BATCH_TENANT, f"{statement_timeout_ms}ms", f"{lock_timeout_ms}ms",
-                                         thread))
-            await (await conn.execute(LEDGER_LOOKUP_WITH_ARGS, (keys,))).fetchall()
+            async with conn.pipeline():
+                await conn.execute(BEGIN)
+                await conn.execute(PRELUDE, (AGENT_ROLE, BATCH_TENANT, f"{statement_timeout_ms}ms",
+                                             f"{lock_timeout_ms}ms", thread))
+                lookup = await conn.execute(LEDGER_LOOKUP_WITH_ARGS, (keys,))
+            await lookup.fetchall()
 
             await conn.execute(SAVEPOINT)
             memo_id = (await (await conn.execute(CREATE_CREDIT_MEMO, (batch.reference, 1, "bench", c))).fetchone())[0]

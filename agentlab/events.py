@@ -25,6 +25,7 @@ EVENT_COLUMNS = (
 )
 EVENT_KINDS = ("node", "call", "note")
 INSERT_EVENT = f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({', '.join(['%s'] * len(EVENT_COLUMNS))})"
+COPY_EVENTS = f"COPY events ({', '.join(EVENT_COLUMNS)}) FROM STDIN"
 
 
 class EventLog:
@@ -70,8 +71,9 @@ class EventLog:
             return 0
         try:
             async with self.pool.connection() as conn:
-                async with conn.cursor() as cur:
-                    await cur.executemany(INSERT_EVENT, rows)
+                async with conn.cursor() as cur, cur.copy(COPY_EVENTS) as copy:  # one COPY, not a statement per row
+                    for row in rows:
+                        await copy.write_row(row)
         except Exception:  # observability must never break the run
             log.exception("could not write %d events", len(rows))
             return 0
