@@ -208,15 +208,18 @@ async def bench_batch(report: Report) -> None:
             await node_batch(node, source.next())
             await plain_batch(h.pool, source.next())
         times: dict[str, list[float]] = {"node": [], "plain": []}
-        for _ in range(m.repeats):
-            for side in ("node", "plain"):
-                t0 = time.perf_counter()
-                for _ in range(m.batches):
+        for _ in range(m.repeats):  # batches alternate one by one, so a busy moment hits both sides
+            per: dict[str, list[float]] = {"node": [], "plain": []}
+            for i in range(m.batches):
+                for side in (("node", "plain") if i % 2 == 0 else ("plain", "node")):
+                    t0 = time.perf_counter()
                     if side == "node":
                         await node_batch(node, source.next())
                     else:
                         await plain_batch(h.pool, source.next())
-                times[side].append((time.perf_counter() - t0) / m.batches * 1000)
+                    per[side].append((time.perf_counter() - t0) * 1000)
+            for side in per:
+                times[side].append(statistics.median(per[side]))
         report.add("node_batch_ms", times["node"])
         report.add("plain_batch_ms", times["plain"])
     finally:

@@ -17,6 +17,7 @@ Sources: LangGraph docs "Persistence" (durability modes), "Checkpointer librarie
 from __future__ import annotations
 
 import itertools
+import statistics
 import time
 from collections.abc import Sequence
 
@@ -82,38 +83,51 @@ class EpisodeBench:
             cur = await conn.execute(CREATE_CUSTOMERS, (spec.tenant_id, spec.credit_cents, n))
             return [r[0] for r in await cur.fetchall()]
 
-    async def rate(self, kind: str, saver: str, episodes: int) -> float:
-        """Run ``episodes`` episodes one after another on the (``kind``, ``saver``) graph; episodes per second.
-
-        Raises:
-            RuntimeError: an episode did not end with the closing answer (the bench would time a failure).
-        """
-        graph = self.graphs[(kind, saver)]
-        durability = "async" if saver == "memory" else saver
+    async def _prepare(self, kind: str, saver: str, episodes: int) -> list[dict]:
+        """Customers, models and run configs of ``episodes`` episodes (before the clock starts)."""
         runs = []
         for cid in await self._customers(episodes):
             thread = f"bench-{kind}-{saver}-{next(self._threads)}"
             self.models[thread] = ScriptedChatModel(script=self.scenario.script([cid]), seed=cid)
             runs.append(run_config(thread, tenant_id=self.scenario.tenant_id))
-        prompt = {"messages": [HumanMessage(self.scenario.prompt)]}
+        return runs
+
+    async def _episode(self, kind: str, saver: str, config: dict) -> float:
+        """One episode on the (``kind``, ``saver``) graph; its wall seconds.
+
+        Raises:
+            RuntimeError: the episode did not end with the closing answer (the bench would time a failure).
+        """
+        graph = self.graphs[(kind, saver)]
+        durability = "async" if saver == "memory" else saver
         t0 = time.perf_counter()
-        for config in runs:
-            state = await graph.ainvoke(prompt, config, durability=durability)
-            if state["messages"][-1].content != ScriptedChatModel.model_fields["final_text"].default:
-                raise RuntimeError(f"bench episode on {kind}/{saver} did not finish: {state['messages'][-1]!r}")
+        state = await graph.ainvoke({"messages": [HumanMessage(self.scenario.prompt)]}, config, durability=durability)
         elapsed = time.perf_counter() - t0
-        for config in runs:
-            self.models.pop(config["configurable"]["thread_id"], None)
-        return episodes / elapsed
+        self.models.pop(config["configurable"]["thread_id"], None)
+        if state["messages"][-1].content != ScriptedChatModel.model_fields["final_text"].default:
+            raise RuntimeError(f"bench episode on {kind}/{saver} did not finish: {state['messages'][-1]!r}")
+        return elapsed
+
+    async def rate(self, kind: str, saver: str, episodes: int) -> float:
+        """Episodes per second on the (``kind``, ``saver``) graph: one over the median episode's wall time."""
+        times = [await self._episode(kind, saver, c) for c in await self._prepare(kind, saver, episodes)]
+        return 1 / statistics.median(times)
 
     async def rates(self, episodes: int, repeats: int, savers: Sequence[str] = SAVERS,
                     progress=None) -> dict[tuple[str, str], list[float]]:
-        """``{(kind, saver): [episodes per second per repeat]}``, the pairs interleaved within each repeat."""
+        """``{(kind, saver): [episodes per second per repeat]}``: per repeat and saver, ``episodes`` of each
+        kind alternating one by one (so that a busy moment of the machine hits both), each kind's rate one
+        over its median episode time."""
         out: dict[tuple[str, str], list[float]] = {(k, s): [] for s in savers for k in KINDS}
         for _ in range(repeats):
             for saver in savers:
+                runs = {kind: await self._prepare(kind, saver, episodes) for kind in KINDS}
+                times: dict[str, list[float]] = {kind: [] for kind in KINDS}
+                for i in range(episodes):
+                    for kind in (KINDS if i % 2 == 0 else KINDS[::-1]):
+                        times[kind].append(await self._episode(kind, saver, runs[kind][i]))
                 for kind in KINDS:
-                    out[(kind, saver)].append(await self.rate(kind, saver, episodes))
-                    if progress is not None:
-                        progress()
+                    out[(kind, saver)].append(1 / statistics.median(times[kind]))
+                if progress is not None:
+                    progress()
         return out

@@ -353,15 +353,16 @@ class TransactionalToolsNode:
                         results[c.index] = CallResult(c.index, c.call_id, c.name, Outcome.REPLAYED,
                                                       result_content(stored_result), result=stored_result)
                         continue
-                    await _run_hooks(self.hooks.before_call, c, c.index)
+                    if self.hooks.before_call:
+                        await _run_hooks(self.hooks.before_call, c, c.index)
                     t0 = time.perf_counter()
                     ctx = ToolContext(thread_id, c.call_id, sg, self.provider, tenant_id)
                     try:
                         if sg.savepoints:
                             async with conn.transaction():
-                                result = await self._apply(conn, c, ctx, thread_id, attempt)
+                                result, content = await self._apply(conn, c, ctx, thread_id, attempt)
                         else:
-                            result = await self._apply(conn, c, ctx, thread_id, attempt)
+                            result, content = await self._apply(conn, c, ctx, thread_id, attempt)
                     except Exception as exc:
                         tr = translate(exc, allowed_args=c.spec.arg_names, sanitize=sg.sanitize)
                         if tr.infrastructure:
@@ -375,14 +376,15 @@ class TransactionalToolsNode:
                             stop = True
                             break
                         continue
-                    done = CallResult(c.index, c.call_id, c.name, Outcome.APPLIED, result_content(result),
+                    done = CallResult(c.index, c.call_id, c.name, Outcome.APPLIED, content,
                                       result=result, latency_ms=(time.perf_counter() - t0) * 1000)
                     if sg.savepoints:
                         pending[c.index] = done  # reported only after COMMIT returns
                     else:
                         results[c.index] = done  # a first draft reports as it goes: the C09 trap
                     ran_ok.add(c.index)
-                    await _run_hooks(self.hooks.after_call, c, c.index)
+                    if self.hooks.after_call:
+                        await _run_hooks(self.hooks.after_call, c, c.index)
                 in_error = conn.info.transaction_status is TransactionStatus.INERROR
                 # COMMIT of an aborted transaction is turned into ROLLBACK by the server
                 await conn.execute(ROLLBACK if stop else COMMIT)
@@ -402,14 +404,17 @@ class TransactionalToolsNode:
         # the transaction usable and COMMIT keeps the other calls: the batch was not rolled back
         return aborted and in_error
 
-    async def _apply(self, conn, c: _Call, ctx: ToolContext, thread_id: str, attempt: int) -> dict:
+    async def _apply(self, conn, c: _Call, ctx: ToolContext, thread_id: str, attempt: int) -> tuple[dict, str]:
+        """Run one call's handler and (with the ledger on) insert its ledger row; its result and the result's
+        JSON text (the ToolMessage content, also the ledger's stored result)."""
         result = await c.spec.handler(conn, c.args, ctx)
+        content = result_content(result)
         if self.safeguards.ledger:
             await conn.execute(LEDGER_INSERT, (
                 idempotency_key(thread_id, c.call_id), thread_id, c.call_id, c.name,
-                json.dumps(c.args, default=str), json.dumps(result, default=str), attempt,
+                json.dumps(c.args, default=str), content, attempt,
             ))
-        return result
+        return result, content
 
     async def _run_autocommit(self, runnable: list[_Call], results: dict[int, CallResult], ran_ok: set[int],
                               thread_id: str, tenant_id: str | None, attempt: int) -> None:
@@ -420,7 +425,8 @@ class TransactionalToolsNode:
                 await conn.execute(SET_SEARCH_PATH, (f"{sg.schema}, public",))
             try:
                 for c in runnable:
-                    await _run_hooks(self.hooks.before_call, c, c.index)
+                    if self.hooks.before_call:
+                        await _run_hooks(self.hooks.before_call, c, c.index)
                     t0 = time.perf_counter()
                     ctx = ToolContext(thread_id, c.call_id, sg, self.provider, tenant_id)
                     try:
@@ -436,7 +442,8 @@ class TransactionalToolsNode:
                     results[c.index] = CallResult(c.index, c.call_id, c.name, Outcome.APPLIED,
                                                   result_content(result), result=result, latency_ms=latency)
                     ran_ok.add(c.index)
-                    await _run_hooks(self.hooks.after_call, c, c.index)
+                    if self.hooks.after_call:
+                        await _run_hooks(self.hooks.after_call, c, c.index)
             finally:
                 if sg.schema != STRICT_SCHEMA and not conn.closed:
                     try:
