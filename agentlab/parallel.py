@@ -10,6 +10,8 @@ same whichever worker ran them; the caller sorts them.
 
 The workers open their pools first and start their episodes together, when the parent says so:
 the experiment's wall time is measured from that start to the last episode, as in one process.
+A worker's event loop runs ``asyncio.to_thread`` calls inline (:class:`InlineExecutor`): the
+checkpointer serializes each checkpoint in a thread, and the handoff costs more than the work.
 
 :func:`run_loop` runs a coroutine on uvloop's event loop when uvloop is installed (about half the
 event loop's cost per database round trip), else on asyncio's.
@@ -63,6 +65,23 @@ def default_workers(episodes: int) -> int:
     return max(1, min(os.cpu_count() or 1, episodes // 250))
 
 
+class InlineExecutor(concurrent.futures.ThreadPoolExecutor):
+    """An executor that runs each call at once in the calling thread (the event loop's default executor
+    in a worker process: see :func:`_shard`).
+
+    The Postgres checkpointer serializes every checkpoint in ``asyncio.to_thread``: a few microseconds
+    of work, handed to a thread and back, which costs the lab far more (about a sixth of a worker's CPU
+    when checkpoints are written at every super-step). A worker process runs nothing else that blocks."""
+
+    def submit(self, fn, /, *args, **kwargs) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # handed to the awaiting coroutine, as a thread would
+            future.set_exception(exc)
+        return future
+
+
 def _init_worker(done, ready, go, levels: dict[str, int], root_level: int) -> None:
     global _done, _ready, _go
     _done, _ready, _go = done, ready, go
@@ -89,8 +108,12 @@ async def _shard(url: str, jobs: list[tuple], by_name: dict, options: dict) -> t
     h = await Harness.open(url, pool_max=max(8, concurrency // 4 + 8))
     try:
         _count(_ready)
-        if not await asyncio.to_thread(_go.wait, READY_TIMEOUT_S):
-            raise TimeoutError("the experiment's other workers did not get ready in time")
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not _go.is_set():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the experiment's other workers did not get ready in time")
+            await asyncio.sleep(0.01)
+        asyncio.get_running_loop().set_default_executor(InlineExecutor(max_workers=1))
         rows, _, cpu_s = await run_jobs(h, jobs, by_name, seed=options["seed"], concurrency=concurrency,
                                         durability=options["durability"], on_done=lambda: _count(_done))
     finally:
