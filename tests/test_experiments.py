@@ -112,3 +112,17 @@ def test_worker_processes_give_the_same_rows_as_one_process():
     assert (one.workers, two.workers) == (1, 2)
     assert one.deterministic_view().equals(two.deterministic_view())
     assert two.rows["error"].isna().all()
+
+
+def test_a_workers_to_thread_calls_run_inline_and_raise_as_in_a_thread():
+    import threading
+
+    from agentlab.parallel import InlineExecutor
+
+    async def main():
+        asyncio.get_running_loop().set_default_executor(InlineExecutor(max_workers=1))
+        assert await asyncio.to_thread(threading.get_ident) == threading.get_ident()
+        with pytest.raises(ZeroDivisionError):
+            await asyncio.to_thread(lambda: 1 / 0)
+
+    asyncio.run(main())
