@@ -175,18 +175,15 @@ class OutboxWorker:
         return resp["id"], False
 
     async def drain(self, *, timeout_s: float = 30.0) -> DrainStats:
-        """Run rounds until no pending row is left (waiting out back-offs), or ``timeout_s`` passes.
-
-        After a round that claimed fewer rows than ``batch_size`` the worker asks when the next row is due
-        (in one query) instead of running an empty round to find out."""
+        """Run rounds until no pending row is left (waiting out back-offs), or ``timeout_s`` passes."""
         total = DrainStats()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while loop.time() < deadline:
             stats = await self.run_once()
             total.add(stats)
-            if stats.claimed >= self.batch_size:
-                continue  # a full round: more rows may be due right now
+            if stats.claimed:
+                continue
             async with self.pool.connection() as conn:
                 row = await (await conn.execute(NEXT_DUE, {"thread": self.thread_id})).fetchone()
             if row is None or row[0] is None:
