@@ -27,7 +27,6 @@ import asyncio
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -153,7 +152,7 @@ class Report:
 def _load() -> list[float] | None:
     try:
         return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
+    except (OSError, AttributeError):  # no load average on this system
         return None
 
 
@@ -338,8 +337,19 @@ async def bench_checkpoints(report: Report) -> None:
 
 
 def bench_memory(report: Report) -> None:
-    report.add("peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    report.add("peak_rss_child_mb", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
+    """Peak resident memory of this process and of its largest child (``ru_maxrss``, in kB on Linux)."""
+    try:
+        import resource
+    except ImportError:  # Windows: the current size instead of the peak, and no children
+        import psutil
+
+        report.add("peak_rss_mb", psutil.Process().memory_info().rss / 2**20)
+        report.add("peak_rss_child_mb", 0.0)
+        report.notes["memory"] = "current size, not the peak (no resource module here)"
+        return
+    scale = 2**20 if sys.platform == "darwin" else 2**10  # macOS reports bytes, Linux kB
+    report.add("peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale)
+    report.add("peak_rss_child_mb", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / scale)
 
 
 SECTIONS = ("batch", "episodes", "workshop", "server", "checkpoints")
