@@ -9,6 +9,7 @@ from agentlab.approval import (
     APPROVAL, ApprovalPolicy, approval_requests, interrupts_of, pending_requests, resume_command,
 )
 from agentlab.batches import batch_frame, customer_rows, new_customer, steps_frame, tool_calls
+from agentlab.bench import run_bench
 from agentlab.charts import experiment_heatmap, heatmap
 from agentlab.db import DatabaseUnavailable, create_database, drop_database, server_url
 from agentlab.errors import (
@@ -70,6 +71,8 @@ __all__ = [
     # tenant isolation (agentlab.tenancy)
     "AGENT_ROLE", "AgentProbe", "CrossTenantEffect", "TenantRequired", "agent_privileges", "compare_isolation",
     "create_foreign_customer", "cross_tenant_effects", "try_as_agent", "with_foreign_customer",
+    # the bench (agentlab.bench)
+    "run_bench",
     # hand-written batches (agentlab.batches)
     "batch_frame", "customer_rows", "new_customer", "steps_frame", "tool_calls",
     # the failure lab (agentlab.faults, agentlab.invariants, agentlab.lab, agentlab.experiments, agentlab.charts)

@@ -1,4 +1,4 @@
-"""Command line: ``python -m agentlab demo | chaos | db ...``.
+"""Command line: ``python -m agentlab demo | chaos | bench | db ...``.
 
 Exit codes: 0 success, 1 the run itself failed, 2 the database could not be reached or started
 (one line on stderr says what failed and how to fix it).
@@ -31,6 +31,12 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     from agentlab.experiments import main as chaos_main
 
     return chaos_main(args)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from agentlab.bench import main as bench_main
+
+    return bench_main(args)
 
 
 def _cmd_db(args: argparse.Namespace) -> int:
@@ -86,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
     chaos = sub.add_parser("chaos", help="run the failure lab: faults x presets -> invariant violations")
     add_arguments(chaos)
     chaos.set_defaults(func=_cmd_chaos)
+
+    from agentlab.bench import add_arguments as bench_arguments
+
+    bench = sub.add_parser("bench", help="measure what the safety costs: node vs plain psycopg, episodes, experiment")
+    bench_arguments(bench)
+    bench.set_defaults(func=_cmd_bench)
 
     dbp = sub.add_parser("db", help="the database server: url, start, stop, list, reset")
     dbp.add_argument("action", choices=["url", "start", "stop", "list", "clean", "reset"],

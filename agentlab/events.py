@@ -24,7 +24,9 @@ EVENT_COLUMNS = (
     "detail", "attempt", "latency_ms", "kind", "step", "started_at", "input_tokens", "output_tokens",
 )
 EVENT_KINDS = ("node", "call", "note")
+_COLUMNS = frozenset(EVENT_COLUMNS)
 INSERT_EVENT = f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({', '.join(['%s'] * len(EVENT_COLUMNS))})"
+COPY_EVENTS = f"COPY events ({', '.join(EVENT_COLUMNS)}) FROM STDIN"
 
 
 class EventLog:
@@ -42,18 +44,19 @@ class EventLog:
 
     def record(self, node: str, outcome: str, **fields: Any) -> None:
         """Record one event; ``fields`` are named as :data:`EVENT_COLUMNS`."""
-        unknown = set(fields) - set(EVENT_COLUMNS)
+        unknown = fields.keys() - _COLUMNS
         if unknown:
             raise TypeError(f"unknown event fields: {sorted(unknown)}")
         fields.setdefault("attempt", 1)
         fields.setdefault("kind", "call" if fields.get("tool_call_id") else "note")
         if fields["kind"] not in EVENT_KINDS:
             raise ValueError(f"unknown event kind {fields['kind']!r}; one of {EVENT_KINDS}")
-        row = {k: _storable(v) for k, v in {**fields, "node": node, "outcome": outcome}.items()}
+        fields["node"], fields["outcome"] = node, outcome
+        row = {k: _storable(v) for k, v in fields.items()}
         level = logging.WARNING if outcome == "infrastructure_error" else logging.INFO
         if log.isEnabledFor(level):
             log.log(level, "event %s", {k: v for k, v in row.items() if v is not None}, extra={"agentlab_event": row})
-        self._buffer.append(tuple(row.get(c) for c in EVENT_COLUMNS))
+        self._buffer.append(tuple(map(row.get, EVENT_COLUMNS)))
 
     @property
     def pending(self) -> int:
@@ -70,8 +73,9 @@ class EventLog:
             return 0
         try:
             async with self.pool.connection() as conn:
-                async with conn.cursor() as cur:
-                    await cur.executemany(INSERT_EVENT, rows)
+                async with conn.cursor() as cur, cur.copy(COPY_EVENTS) as copy:  # one COPY, not a statement per row
+                    for row in rows:
+                        await copy.write_row(row)
         except Exception:  # observability must never break the run
             log.exception("could not write %d events", len(rows))
             return 0
@@ -82,5 +86,7 @@ def _storable(value: Any) -> Any:
     """Text PostgreSQL can store: a model may send a NUL byte or a lone surrogate in a tool name or id,
     and one such value must not make the whole buffered batch of events fail to insert."""
     if isinstance(value, str):
+        if value.isascii() and "\x00" not in value:
+            return value  # the common case, without re-encoding
         return value.replace("\x00", "\\x00").encode("utf-8", "replace").decode("utf-8")
     return value

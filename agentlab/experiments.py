@@ -11,7 +11,9 @@ Same seed, same table: the violations per episode depend on the seed only (wall 
 The run's speed comes from sharing: one compiled graph per preset, pools sized for the concurrency,
 checkpoints written once per run except where a fault resumes from one, and the experiment's own
 database committing with ``synchronous_commit = off`` (the faults here kill processes, never the
-server, so a commit the server has acknowledged is never lost in this lab).
+server, so a commit the server has acknowledged is never lost in this lab); and from cores: with
+``workers > 1`` the episodes run in several processes (:mod:`agentlab.parallel`), since one Python
+process runs the lab on one core.
 
 Sources: tqdm ("tqdm.auto"); pandas ("pivot_table").
 """
@@ -22,7 +24,7 @@ import asyncio
 import random
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -70,7 +72,8 @@ def lab_error_row(fault: str, preset_name: str, episode: int, seed: int, exc: Ba
 @dataclass
 class ExperimentResult:
     """What an experiment produced. ``rows``: one per episode (:data:`ROW_COLUMNS`); ``wall_s``: seconds
-    from the first episode to the last; ``cpu_s``: this process's CPU seconds over the same span."""
+    from the first episode to the last; ``cpu_s``: CPU seconds of the processes that ran the episodes, over
+    the same span; ``workers``: how many processes ran them."""
 
     rows: pd.DataFrame
     wall_s: float
@@ -79,6 +82,7 @@ class ExperimentResult:
     presets: tuple[str, ...]
     faults: tuple[str, ...]
     cpu_s: float = 0.0
+    workers: int = 1
 
     @property
     def episodes(self) -> int:
@@ -113,13 +117,14 @@ class ExperimentResult:
 
     def to_json(self) -> dict[str, Any]:
         """The CLI's JSON: ``episodes`` (run in all), ``episodes_per_cell``, ``wall_s``, ``episodes_per_s``,
-        ``seed``, ``summary`` (``{preset: {fault: violations}}``) and ``rows`` (one object per episode)."""
+        ``workers``, ``seed``, ``summary`` (``{preset: {fault: violations}}``) and ``rows`` (one object per episode)."""
         summary = self.summary
         return {
             "episodes": self.episodes,
             "episodes_per_cell": self.episodes_per_cell,
             "wall_s": round(self.wall_s, 3),
             "episodes_per_s": round(self.episodes_per_s, 1),
+            "workers": self.workers,
             "seed": self.seed,
             "summary": {p: {f: int(summary.loc[f, p]) for f in summary.index} for p in summary.columns},
             "rows": [{k: _plain(v) for k, v in r.items()} for r in self.rows.to_dict(orient="records")],
@@ -181,7 +186,7 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
                          faults: Iterable[str] | None = None, *, seed: int = 0,
                          concurrency: int = DEFAULT_CONCURRENCY, progress: bool | None = None,
                          url: str | None = None, durability: str | None = None,
-                         fast_commit: bool = True) -> ExperimentResult:
+                         fast_commit: bool = True, workers: int = 1) -> ExperimentResult:
     """Run ``episodes`` episodes for every (fault, preset) pair and check each.
 
     Args:
@@ -190,11 +195,13 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
             the whole ladder, in order; :meth:`ExperimentResult.safeguard_effects` compares neighbours).
         faults: fault names (default: every fault of the catalog).
         seed: seeds the episodes (scenario choice, hallucinations, model call ids).
-        concurrency: episodes in flight at once.
+        concurrency: episodes in flight at once (in all worker processes together).
         progress: show a tqdm bar (default: when stderr is a terminal).
         url: run on this database (default: a fresh one, dropped afterwards).
         durability: force one LangGraph durability for every episode (default: per fault, see :mod:`agentlab.lab`).
         fast_commit: ``synchronous_commit = off`` for the fresh experiment database (ignored with ``url``).
+        workers: processes running the episodes (:mod:`agentlab.parallel`); 1 runs them in this process.
+            The rows are the same for any number.
 
     Raises:
         ValueError: an unknown preset or fault name.
@@ -208,6 +215,8 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
     faults = tuple(faults or FAULTS)
     fault_objs = [get_fault(f) for f in faults]
     concurrency = max(1, concurrency)
+    jobs = [(i, f, p) for i in range(episodes) for f in faults for p in presets]
+    workers = max(1, min(workers, len(jobs)))
     created = url is None
     if created:
         url = await asyncio.to_thread(db.create_database, "chaos")
@@ -219,35 +228,22 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
         if created:
             await asyncio.to_thread(db.drop_database, url)
         raise
+    bar = _progress(len(jobs), progress)
     try:
-        lab = Lab(h, pool_max=concurrency + 4, checkpointer_max=min(8, max(2, concurrency // 4)))
-        await lab.start()
-        try:
-            for f in fault_objs:
-                await lab.install(f)
-            jobs = [(i, f, p) for i in range(episodes) for f in faults for p in presets]
-            results: list[dict] = []
-            bar = _progress(len(jobs), progress)
-            t0, cpu0 = time.perf_counter(), time.process_time()
-            it = iter(jobs)
+        if workers > 1:
+            from agentlab.parallel import run_sharded
 
-            async def worker() -> None:
-                for i, f, p in it:
-                    try:
-                        run = await lab.run(f, by_name[p], seed=episode_seed(seed, i), durability=durability)
-                        results.append(row(run, i))
-                    except Exception as exc:  # the lab itself failed: keep the experiment, show the row
-                        results.append(lab_error_row(f, p, i, episode_seed(seed, i), exc))
-                    bar.update(1)
-
-            try:
-                await asyncio.gather(*(worker() for _ in range(min(concurrency, len(jobs)))))
-            finally:
-                bar.close()
-            wall_s, cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
-        finally:
-            await lab.close()
+            async with Lab(h) as lab:
+                for f in fault_objs:
+                    await lab.install(f)
+            results, wall_s, cpu_s = await run_sharded(
+                url, jobs, by_name, workers=workers, seed=seed, concurrency=concurrency, durability=durability,
+                on_done=lambda n: bar.update(n - bar.n))
+        else:
+            results, wall_s, cpu_s = await run_jobs(h, jobs, by_name, seed=seed, concurrency=concurrency,
+                                                    durability=durability, on_done=lambda: bar.update(1))
     finally:
+        bar.close()
         await h.close()
         if created:
             await asyncio.to_thread(db.drop_database, url)
@@ -257,7 +253,37 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
     order = {f: n for n, f in enumerate(faults)}, {p: n for n, p in enumerate(presets)}
     rows = rows.sort_values(["fault", "preset", "episode"], key=lambda s: s.map(order[0]) if s.name == "fault"
                             else s.map(order[1]) if s.name == "preset" else s).reset_index(drop=True)
-    return ExperimentResult(rows, wall_s, seed, episodes, presets, faults, cpu_s)
+    return ExperimentResult(rows, wall_s, seed, episodes, presets, faults, cpu_s, workers)
+
+
+async def run_jobs(h: Harness, jobs: Sequence[tuple[int, str, str]], by_name: dict[str, Safeguards], *, seed: int,
+                   concurrency: int, durability: str | None,
+                   on_done: Callable[[], None] | None = None) -> tuple[list[dict], float, float]:
+    """Run ``jobs`` (``(episode, fault, preset name)``) on ``h``'s database in this process, ``concurrency``
+    at a time; return one row per job (in completion order), the wall seconds and this process's CPU seconds."""
+    lab = Lab(h, pool_max=concurrency + 4, checkpointer_max=min(8, max(2, concurrency // 4)))
+    await lab.start()
+    try:
+        for f in dict.fromkeys(f for _, f, _ in jobs):
+            await lab.install(get_fault(f))
+        results: list[dict] = []
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        it = iter(jobs)
+
+        async def worker() -> None:
+            for i, f, p in it:
+                try:
+                    run = await lab.run(f, by_name[p], seed=episode_seed(seed, i), durability=durability)
+                    results.append(row(run, i))
+                except Exception as exc:  # the lab itself failed: keep the experiment, show the row
+                    results.append(lab_error_row(f, p, i, episode_seed(seed, i), exc))
+                if on_done is not None:
+                    on_done()
+
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(jobs)))))
+        return results, time.perf_counter() - t0, time.process_time() - cpu0
+    finally:
+        await lab.close()
 
 
 def _fast_commit(url: str) -> None:
@@ -282,7 +308,8 @@ def render(result: ExperimentResult) -> str:
         lines.append("")
     errors = int(result.rows["error"].notna().sum())
     lines.append(f"{result.episodes} episodes in {result.wall_s:.2f} s ({result.episodes_per_s:.1f} episodes/s, "
-                 f"{result.cpu_s / max(result.episodes, 1) * 1000:.1f} ms of this process's CPU per episode)"
+                 f"{result.cpu_s / max(result.episodes, 1) * 1000:.1f} ms of the lab's CPU per episode"
+                 + (f", {result.workers} worker processes)" if result.workers > 1 else ")")
                  + (f"; {errors} episode(s) ended on an error" if errors else ""))
     return "\n".join(lines)
 
@@ -296,6 +323,8 @@ def add_arguments(parser) -> None:
                         help=f"faults to inject (default: all: {' '.join(FAULTS)})")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="episodes in flight at once")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="processes running the episodes (default: one per core, at most one per 250 episodes)")
     parser.add_argument("--json", action="store_true", help="print one JSON object with the summary and every row")
     parser.add_argument("--plot", metavar="FILE.png", help="write the fault x preset heatmap to this PNG")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -309,9 +338,13 @@ def main(args) -> int:
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)  # killed backends are the point here
     if args.episodes < 1:
         raise SystemExit("--episodes must be at least 1")
-    result = asyncio.run(run_experiment(
+    from agentlab.parallel import default_workers, run_loop
+
+    cells = len(args.presets or PRESETS) * len(args.faults or FAULTS)
+    workers = args.workers if args.workers is not None else default_workers(args.episodes * cells)
+    result = run_loop(run_experiment(
         args.episodes, args.presets, args.faults, seed=args.seed, concurrency=args.concurrency,
-        progress=False if (args.no_progress or args.json) else None,
+        progress=False if (args.no_progress or args.json) else None, workers=max(1, workers),
     ))
     if args.plot:
         import matplotlib

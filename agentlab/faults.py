@@ -96,6 +96,11 @@ class Fault:
         """The scenario the model will play (hallucinations go here). Pure."""
         return scenario
 
+    def episode_safeguards(self, safeguards):
+        """The safeguards the episode runs under: ``safeguards`` itself, unless the fault scales a timeout
+        down so that the lab waits less (every switch and the name stay). Pure."""
+        return safeguards
+
     async def install(self, pool) -> None:
         """Database objects the fault needs, created once per database (idempotent)."""
 
@@ -284,10 +289,21 @@ SLOW_SEEN = (
 @dataclass(frozen=True)
 class SlowStatement(Fault):
     """A trigger makes every UPDATE of the episode's first customer wait; once the first such statement
-    is seen waiting, the fault lets it run ``margin_s`` past the statement timeout, then lifts it."""
+    is seen waiting, the fault lets it run ``margin_s`` past the statement timeout, then lifts it.
+
+    The episode runs with a statement timeout of ``statement_timeout_ms`` (250 ms) where its timeouts are
+    on: with the ``full`` preset's 2 s every such episode would wait 2.25 s, for the same lesson (the
+    timeout cuts the statement, the batch rolls back, the node retries). The slow statement lasts
+    ``statement_timeout_ms + margin_s`` under every preset."""
 
     margin_s: float = 0.25
+    statement_timeout_ms: int = 250
     scenarios: tuple[str, ...] = ("refund", "invoice", "batch")  # each updates the first customer's row
+
+    def episode_safeguards(self, safeguards):
+        if not safeguards.timeouts:
+            return safeguards
+        return safeguards.replace(statement_timeout_ms=self.statement_timeout_ms, name=safeguards.name)
 
     async def install(self, pool) -> None:
         async with pool.connection() as conn:
@@ -302,7 +318,7 @@ class SlowStatement(Fault):
     async def arm(self, run: "EpisodeRun") -> None:
         await self.install(run.pool)
         customer = run.customer_ids[0]
-        slow_s = _sizing_ms(run, "statement_timeout_ms") / 1000 + self.margin_s
+        slow_s = self.statement_timeout_ms / 1000 + self.margin_s
         async with run.pool.connection() as conn:
             await conn.execute(SLOW_ARM, (customer,))
         run.notes["slow_customer"] = customer

@@ -308,6 +308,8 @@ class Lab:
 
         Args:
             fault: a :class:`agentlab.faults.Fault` or its name.
+            safeguards: a preset name or value; the episode runs under ``fault.episode_safeguards(safeguards)``
+                (the statement-timeout fault scales the statement timeout down to the lab's scale).
             durability: LangGraph durability; default ``"sync"`` when the fault may resume the graph
                 from a checkpoint, else ``"exit"``.
             check: run the invariant checker (else ``violations`` is empty).
@@ -316,7 +318,7 @@ class Lab:
 
         await self.start()
         fault = get_fault(fault) if isinstance(fault, str) else fault
-        sg = preset(safeguards) if isinstance(safeguards, str) else safeguards
+        sg = fault.episode_safeguards(preset(safeguards) if isinstance(safeguards, str) else safeguards)
         await self.install(fault)
         rng = random.Random(f"{seed}:{fault.name}")
         if scenario is None:

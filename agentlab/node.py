@@ -9,9 +9,13 @@ Under the ``full`` preset a batch (the tool calls of one ``AIMessage``) runs lik
    the least-privilege agent role and the thread's tenant (from the graph config) set locally, so
    row-level security shows the tools only that tenant's rows (:mod:`agentlab.tenancy`);
 3. one ledger look-up for the whole batch: a call whose idempotency key ``thread_id:tool_call_id``
-   is stored returns the stored result instead of running again (node retry, resume after a crash);
+   is stored returns the stored result instead of running again (node retry, resume after a crash).
+   BEGIN, the prelude's ``SELECT`` and the look-up are pipelined: three statements, one round trip;
 4. per call a SAVEPOINT (psycopg's nested ``conn.transaction()``) holding the call's SQL and its
-   ledger row, so a failure is attributed to its call and leaves the transaction usable;
+   ledger row, so a failure is attributed to its call and leaves the transaction usable. The ledger
+   row is inserted inside the call's savepoint, not with the batch's rows at the end: a row that
+   cannot be stored (a duplicate key, a value JSONB refuses) must fail its own call only, and under
+   the partial policy a call's row must commit with exactly that call's effects;
 5. atomic policy: the first failure rolls the batch back; partial policy: keep the calls that
    succeeded. Nothing is reported applied before COMMIT has returned;
 6. exactly one ToolMessage per tool call id, in call order: the result, ``FAILED [...]`` with a
@@ -35,6 +39,7 @@ Sources: PostgreSQL docs "SAVEPOINT", "Advisory Locks", "statement_timeout"; psy
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +62,8 @@ from agentlab.schema import STRICT_SCHEMA
 from agentlab.tenancy import isolation_prelude, require_tenant
 from agentlab.tools import ToolContext, ToolSpec, get_tool, result_content
 
+log = logging.getLogger(__name__)
+
 LEDGER_LOOKUP = "SELECT idempotency_key, result FROM tool_executions WHERE idempotency_key = ANY(%s)"
 LEDGER_LOOKUP_WITH_ARGS = (
     "SELECT idempotency_key, args, result FROM tool_executions WHERE idempotency_key = ANY(%s)"
@@ -65,6 +72,7 @@ LEDGER_INSERT = """
 INSERT INTO tool_executions (idempotency_key, thread_id, tool_call_id, tool_name, args, result, attempt)
 VALUES (%s, %s, %s, %s, %s, %s, %s)
 """
+BEGIN, COMMIT, ROLLBACK = "BEGIN", "COMMIT", "ROLLBACK"
 SET_SEARCH_PATH = "SELECT set_config('search_path', %s, false)"
 RESET_SEARCH_PATH = "RESET search_path"
 
@@ -298,23 +306,38 @@ class TransactionalToolsNode:
         await self.events.maybe_flush()
         return BatchResult(ordered, rolled_back, attempt)
 
+    async def _open(self, conn, runnable: list[_Call], thread_id: str, tenant_id: str | None) -> dict[str, tuple]:
+        """BEGIN, the prelude (settings, role, tenant, advisory lock) and the ledger look-up for the whole
+        batch, pipelined: three statements, one round trip. Returns ``{key: (args, result)}`` of stored calls.
+
+        They stay three statements: in READ COMMITTED each takes its own snapshot when it starts, so the
+        look-up sees every batch that committed while this one waited for the thread's lock (in the same
+        statement as the lock it would not)."""
+        sg = self.safeguards
+        prelude = self._prelude(thread_id, tenant_id)
+        cur = None
+        async with conn.pipeline():
+            await conn.execute(BEGIN)
+            if prelude is not None:
+                await conn.execute(*prelude)
+            if sg.ledger:
+                cur = await conn.execute(LEDGER_LOOKUP_WITH_ARGS,
+                                         ([idempotency_key(thread_id, c.call_id) for c in runnable],))
+        return {k: (a, r) for k, a, r in await cur.fetchall()} if cur is not None else {}
+
     async def _run_transaction(self, runnable: list[_Call], results: dict[int, CallResult], ran_ok: set[int],
                                thread_id: str, tenant_id: str | None, attempt: int) -> bool:
-        """Run ``runnable`` in one transaction. Returns True when the batch was rolled back."""
+        """Run ``runnable`` in one transaction. Returns True when the batch was rolled back.
+
+        The transaction is opened by :meth:`_open` and ended here with COMMIT or ROLLBACK; each call's
+        savepoint is psycopg's nested ``conn.transaction()`` inside it."""
         sg = self.safeguards
         stop = False
         aborted = False
         pending: dict[int, CallResult] = {}
         async with self.pool.connection() as conn:
-            async with conn.transaction() as tx:
-                prelude = self._prelude(thread_id, tenant_id)
-                if prelude is not None:
-                    await conn.execute(*prelude)
-                stored: dict[str, tuple[Any, Any]] = {}
-                if sg.ledger:
-                    keys = [idempotency_key(thread_id, c.call_id) for c in runnable]
-                    cur = await conn.execute(LEDGER_LOOKUP_WITH_ARGS, (keys,))
-                    stored = {k: (a, r) for k, a, r in await cur.fetchall()}
+            try:
+                stored = await self._open(conn, runnable, thread_id, tenant_id)
                 for c in runnable:
                     key = idempotency_key(thread_id, c.call_id)
                     if key in stored:
@@ -330,15 +353,16 @@ class TransactionalToolsNode:
                         results[c.index] = CallResult(c.index, c.call_id, c.name, Outcome.REPLAYED,
                                                       result_content(stored_result), result=stored_result)
                         continue
-                    await _run_hooks(self.hooks.before_call, c, c.index)
+                    if self.hooks.before_call:
+                        await _run_hooks(self.hooks.before_call, c, c.index)
                     t0 = time.perf_counter()
                     ctx = ToolContext(thread_id, c.call_id, sg, self.provider, tenant_id)
                     try:
                         if sg.savepoints:
                             async with conn.transaction():
-                                result = await self._apply(conn, c, ctx, thread_id, attempt)
+                                result, content = await self._apply(conn, c, ctx, thread_id, attempt)
                         else:
-                            result = await self._apply(conn, c, ctx, thread_id, attempt)
+                            result, content = await self._apply(conn, c, ctx, thread_id, attempt)
                     except Exception as exc:
                         tr = translate(exc, allowed_args=c.spec.arg_names, sanitize=sg.sanitize)
                         if tr.infrastructure:
@@ -352,17 +376,21 @@ class TransactionalToolsNode:
                             stop = True
                             break
                         continue
-                    done = CallResult(c.index, c.call_id, c.name, Outcome.APPLIED, result_content(result),
+                    done = CallResult(c.index, c.call_id, c.name, Outcome.APPLIED, content,
                                       result=result, latency_ms=(time.perf_counter() - t0) * 1000)
                     if sg.savepoints:
                         pending[c.index] = done  # reported only after COMMIT returns
                     else:
                         results[c.index] = done  # a first draft reports as it goes: the C09 trap
                     ran_ok.add(c.index)
-                    await _run_hooks(self.hooks.after_call, c, c.index)
-                if stop:
-                    raise psycopg.Rollback(tx)
+                    if self.hooks.after_call:
+                        await _run_hooks(self.hooks.after_call, c, c.index)
                 in_error = conn.info.transaction_status is TransactionStatus.INERROR
+                # COMMIT of an aborted transaction is turned into ROLLBACK by the server
+                await conn.execute(ROLLBACK if stop else COMMIT)
+            except BaseException:
+                await _rollback_quietly(conn)
+                raise
         if aborted and in_error:
             self.events.record("tools", "commit_rolled_back", thread_id=thread_id, attempt=attempt,
                                detail="COMMIT of an aborted transaction was turned into ROLLBACK")
@@ -376,14 +404,17 @@ class TransactionalToolsNode:
         # the transaction usable and COMMIT keeps the other calls: the batch was not rolled back
         return aborted and in_error
 
-    async def _apply(self, conn, c: _Call, ctx: ToolContext, thread_id: str, attempt: int) -> dict:
+    async def _apply(self, conn, c: _Call, ctx: ToolContext, thread_id: str, attempt: int) -> tuple[dict, str]:
+        """Run one call's handler and (with the ledger on) insert its ledger row; its result and the result's
+        JSON text (the ToolMessage content, also the ledger's stored result)."""
         result = await c.spec.handler(conn, c.args, ctx)
+        content = result_content(result)
         if self.safeguards.ledger:
             await conn.execute(LEDGER_INSERT, (
                 idempotency_key(thread_id, c.call_id), thread_id, c.call_id, c.name,
-                json.dumps(c.args, default=str), json.dumps(result, default=str), attempt,
+                json.dumps(c.args, default=str), content, attempt,
             ))
-        return result
+        return result, content
 
     async def _run_autocommit(self, runnable: list[_Call], results: dict[int, CallResult], ran_ok: set[int],
                               thread_id: str, tenant_id: str | None, attempt: int) -> None:
@@ -394,7 +425,8 @@ class TransactionalToolsNode:
                 await conn.execute(SET_SEARCH_PATH, (f"{sg.schema}, public",))
             try:
                 for c in runnable:
-                    await _run_hooks(self.hooks.before_call, c, c.index)
+                    if self.hooks.before_call:
+                        await _run_hooks(self.hooks.before_call, c, c.index)
                     t0 = time.perf_counter()
                     ctx = ToolContext(thread_id, c.call_id, sg, self.provider, tenant_id)
                     try:
@@ -410,7 +442,8 @@ class TransactionalToolsNode:
                     results[c.index] = CallResult(c.index, c.call_id, c.name, Outcome.APPLIED,
                                                   result_content(result), result=result, latency_ms=latency)
                     ran_ok.add(c.index)
-                    await _run_hooks(self.hooks.after_call, c, c.index)
+                    if self.hooks.after_call:
+                        await _run_hooks(self.hooks.after_call, c, c.index)
             finally:
                 if sg.schema != STRICT_SCHEMA and not conn.closed:
                     try:
@@ -470,6 +503,17 @@ class TransactionalToolsNode:
             }
 
         return tools
+
+
+async def _rollback_quietly(conn) -> None:
+    """End the batch's transaction after an exception (the exception is what the caller sees): ROLLBACK
+    when the connection is still in a transaction; a broken connection is discarded by the pool."""
+    if conn.closed or conn.info.transaction_status not in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+        return
+    try:
+        await conn.execute(ROLLBACK)
+    except psycopg.Error as exc:
+        log.warning("ROLLBACK after a failed batch failed too: %s", exc)
 
 
 def _as_json(value: Any) -> Any:

@@ -102,3 +102,27 @@ def test_a_custom_safeguards_value_runs_beside_the_presets():
     result = asyncio.run(run_experiment(1, ["full", no_outbox], ["provider_timeout"], concurrency=2, progress=False))
     assert result.summary.loc["provider_timeout", "full"] == 0
     assert result.summary_of(["payment_count"]).loc["provider_timeout", "full_without_outbox"] == 1
+
+
+def test_worker_processes_give_the_same_rows_as_one_process():
+    faults = ["none", "check_violation", "crash_before_checkpoint", "provider_timeout", "statement_timeout"]
+    one = asyncio.run(run_experiment(1, ["transaction", "full"], faults, seed=5, concurrency=4, progress=False))
+    two = asyncio.run(run_experiment(1, ["transaction", "full"], faults, seed=5, concurrency=4, progress=False,
+                                     workers=2))
+    assert (one.workers, two.workers) == (1, 2)
+    assert one.deterministic_view().equals(two.deterministic_view())
+    assert two.rows["error"].isna().all()
+
+
+def test_a_workers_to_thread_calls_run_inline_and_raise_as_in_a_thread():
+    import threading
+
+    from agentlab.parallel import InlineExecutor
+
+    async def main():
+        asyncio.get_running_loop().set_default_executor(InlineExecutor(max_workers=1))
+        assert await asyncio.to_thread(threading.get_ident) == threading.get_ident()
+        with pytest.raises(ZeroDivisionError):
+            await asyncio.to_thread(lambda: 1 / 0)
+
+    asyncio.run(main())

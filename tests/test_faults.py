@@ -16,6 +16,7 @@ from agentlab.faults import FAMILIES, FAULTS, CrashAfterCommit, CrashAfterProvid
 from agentlab.invariants import count_by_kind
 from agentlab.lab import Lab
 from agentlab.provider import ProviderTimeout
+from agentlab.safeguards import preset
 from agentlab.tools import charge_dedupe_key
 from conftest import fetch, scalar
 
@@ -153,6 +154,16 @@ async def test_statement_timeout_a_trigger_keeps_the_update_busy(lab, harness):
     assert "57014" in await sqlstates(harness, run.episode.thread_id)  # the statement timeout fired
     assert run.violations == []
     assert await scalar(harness, "SELECT count(*) FROM chaos_slow_customers") == 0  # lifted afterwards
+
+
+async def test_statement_timeout_runs_at_the_labs_scale_under_every_preset(lab):
+    fault = FAULTS["statement_timeout"]
+    run = await lab.run(fault, "full", scenario="invoice")
+    assert (run.preset, run.safeguards.statement_timeout_ms) == ("full", fault.statement_timeout_ms)
+    assert run.safeguards.replace(statement_timeout_ms=2000, name="full") == preset("full")  # nothing else changed
+    naive = await lab.run(fault, "naive", scenario="invoice")
+    assert naive.safeguards == preset("naive")  # no timeouts: nothing to scale
+    assert run.notes["slow_s"] == naive.notes["slow_s"] == fault.statement_timeout_ms / 1000 + fault.margin_s
 
 
 async def test_slow_statement_touches_only_the_episodes_customer(harness):

@@ -1,0 +1,46 @@
+"""The bench: it runs, reports every named figure and ratio, and its plain psycopg batch sends exactly
+the node's SQL. Figures are printed, never asserted: nothing here depends on the machine's speed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from agentlab.bench import FIGURES, GOALS, RATIOS
+from agentlab.bench_batch import BatchSource, create_bench_customer, node_batch, plain_batch, traced_statements
+from agentlab.events import EventLog
+from agentlab.node import TransactionalToolsNode
+from agentlab.safeguards import preset
+from conftest import scalar
+
+
+def test_bench_quick_json_reports_every_named_figure_and_ratio():
+    proc = subprocess.run([sys.executable, "-m", "agentlab", "bench", "--quick", "--json"], capture_output=True,
+                          text=True, timeout=300, env=os.environ.copy())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert set(out["figures"]) == set(FIGURES)
+    for name, fig in out["figures"].items():
+        assert fig["unit"] == FIGURES[name]
+        assert fig["repeats"] >= 1 and fig["min"] <= fig["median"] <= fig["max"], name
+    assert set(out["ratios"]) == set(RATIOS) and all(v is not None and v > 0 for v in out["ratios"].values())
+    assert set(out["goals"]) == set(GOALS) and all(g["met"] in (True, False) for g in out["goals"].values())
+    assert out["notes"]["same_sql"] is True
+    assert out["machine"]["cpus"] >= 1 and out["mode"] == "quick"
+    assert "bench:" in proc.stderr  # progress goes to stderr, the JSON alone to stdout
+
+
+async def test_plain_psycopg_batch_sends_exactly_the_nodes_sql(harness):
+    source = BatchSource(await create_bench_customer(harness.pool))
+    node_sent = await traced_statements(harness.url, lambda pool: node_batch(
+        TransactionalToolsNode(pool, preset("full"), events=EventLog(None)), source.next()))
+    plain_sent = await traced_statements(harness.url, lambda pool: plain_batch(pool, source.next()))
+    assert node_sent == plain_sent
+    assert node_sent.statements[0] == "BEGIN" and node_sent.statements[-1] == "COMMIT"
+    assert sum(s.startswith("SAVEPOINT") for s in node_sent.statements) == 3  # a savepoint per call
+    assert node_sent.round_trips == 15  # BEGIN + prelude + look-up pipelined, 4 per call (+ the outbox row), COMMIT
+    # both batches applied: two memos, two refunds, six ledger rows
+    assert await scalar(harness, "SELECT count(*) FROM credit_memos WHERE customer_id = %s", (source.customer_id,)) == 2
+    assert await scalar(harness, "SELECT count(*) FROM tool_executions WHERE thread_id = %s", (source.thread_id,)) == 6
