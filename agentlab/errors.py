@@ -99,6 +99,7 @@ INFRA_UNAVAILABLE = "the database was temporarily unavailable; nothing in this b
 ORPHANED_CALL = "this call was interrupted before it finished and no result was recorded."
 DUPLICATE_CALL_ID = "this tool call id appears more than once in the batch; send each call with its own id."
 INVALID_CALL_ID = "this tool call id holds characters that cannot be stored; send each call with a plain id."
+COMMIT_FAILED = "the batch could not be committed ({reason}); none of its calls was applied."
 LEDGER_ARGS_MISMATCH = (
     "this tool call id was already applied with other arguments; the earlier call stands. "
     "If the change is still needed, send it as a new call."

@@ -53,8 +53,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
 from agentlab.errors import (
-    BATCH_ROLLED_BACK, DUPLICATE_CALL_ID, FAILED_TEMPLATE, INVALID_CALL_ID, LEDGER_ARGS_MISMATCH,
-    NOT_APPLIED_TEMPLATE, Category, ToolError, Translation, translate,
+    BATCH_ROLLED_BACK, COMMIT_FAILED, DUPLICATE_CALL_ID, FAILED_PREFIX, FAILED_TEMPLATE, INVALID_CALL_ID,
+    LEDGER_ARGS_MISMATCH, NOT_APPLIED_TEMPLATE, Category, ToolError, Translation, translate,
 )
 from agentlab.events import EventLog
 from agentlab.safeguards import Policy, Safeguards
@@ -155,6 +155,14 @@ async def _run_hooks(hooks: list[Hook], *args: Any) -> None:
 def _not_applied(index: int, call_id: str, tool: str, reason: str) -> CallResult:
     return CallResult(index, call_id, tool, Outcome.NOT_APPLIED, NOT_APPLIED_TEMPLATE.format(reason=reason),
                       Category.NOT_APPLIED.value)
+
+
+def _commit_failed(c: "_Call", tr: Translation) -> CallResult:
+    """A call of a batch whose COMMIT failed: nothing of it is applied, whatever it returned before."""
+    reason = COMMIT_FAILED.format(reason=tr.reason.rstrip("."))
+    content = FAILED_TEMPLATE.format(category=tr.category.value, reason=reason) if tr.message.startswith(
+        FAILED_PREFIX) else tr.message
+    return CallResult(c.index, c.call_id, c.name, Outcome.FAILED, content, tr.category.value, translation=tr)
 
 
 def _failed(index: int, call_id: str, tool: str, tr: Translation) -> CallResult:
@@ -334,6 +342,7 @@ class TransactionalToolsNode:
         sg = self.safeguards
         stop = False
         aborted = False
+        commit_failed: Translation | None = None
         pending: dict[int, CallResult] = {}
         async with self.pool.connection() as conn:
             try:
@@ -387,10 +396,25 @@ class TransactionalToolsNode:
                         await _run_hooks(self.hooks.after_call, c, c.index)
                 in_error = conn.info.transaction_status is TransactionStatus.INERROR
                 # COMMIT of an aborted transaction is turned into ROLLBACK by the server
-                await conn.execute(ROLLBACK if stop else COMMIT)
+                try:
+                    await conn.execute(ROLLBACK if stop else COMMIT)
+                except psycopg.Error as exc:  # e.g. a deferred constraint checked at COMMIT (case C12)
+                    commit_failed = translate(exc, sanitize=sg.sanitize)
+                    if commit_failed.infrastructure:
+                        raise
             except BaseException:
                 await _rollback_quietly(conn)
                 raise
+        if commit_failed is not None:  # the server rolled the whole batch back: no call of it is applied
+            ran_ok.clear()
+            self.events.record("tools", "commit_failed", thread_id=thread_id, attempt=attempt,
+                               sqlstate=commit_failed.sqlstate, error_class=commit_failed.error_class,
+                               detail=commit_failed.detail)
+            for c in runnable:
+                r = results.get(c.index) or pending.get(c.index)
+                if r is None or r.outcome is Outcome.APPLIED:
+                    results[c.index] = _commit_failed(c, commit_failed)
+            return True
         if aborted and in_error:
             self.events.record("tools", "commit_rolled_back", thread_id=thread_id, attempt=attempt,
                                detail="COMMIT of an aborted transaction was turned into ROLLBACK")
