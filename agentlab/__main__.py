@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # expected outcomes (a parked saga, a discarded broken connection) are not news
-        for name in ("agentlab", "psycopg.pool"):
+        for name in ("agentlab", "psycopg", "psycopg.pool"):
             logging.getLogger(name).setLevel(logging.ERROR)
     try:
         return args.func(args)
@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"agentlab: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        print("agentlab: interrupted", file=sys.stderr)
         return 130
 
 

@@ -41,6 +41,14 @@ class EventLog:
         self.pool = pool
         self.flush_at = flush_at
         self._buffer: list[tuple] = []
+        self.server_lost = False  # set by :meth:`abandon`: flushes drop their rows instead of waiting
+
+    def abandon(self) -> None:
+        """The server is gone: drop what is buffered (logged as a count) and every later flush, instead of
+        waiting for a connection that will not come."""
+        if self._buffer:
+            log.warning("%d events not written: the database server is gone", len(self._buffer))
+        self._buffer, self.server_lost = [], True
 
     def record(self, node: str, outcome: str, **fields: Any) -> None:
         """Record one event; ``fields`` are named as :data:`EVENT_COLUMNS`."""
@@ -69,15 +77,16 @@ class EventLog:
     async def flush(self) -> int:
         """Write buffered events; return how many. Failures are logged, never raised."""
         rows, self._buffer = self._buffer, []
-        if not rows or self.pool is None:
+        if not rows or self.pool is None or self.server_lost:
             return 0
         try:
             async with self.pool.connection() as conn:
                 async with conn.cursor() as cur, cur.copy(COPY_EVENTS) as copy:  # one COPY, not a statement per row
                     for row in rows:
                         await copy.write_row(row)
-        except Exception:  # observability must never break the run
-            log.exception("could not write %d events", len(rows))
+        except Exception as exc:  # observability must never break the run (nor flood a failing one)
+            log.warning("could not write %d events (%s: %s)", len(rows), type(exc).__name__, exc,
+                        exc_info=log.isEnabledFor(logging.DEBUG))
             return 0
         return len(rows)
 

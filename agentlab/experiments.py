@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentlab import db
+from agentlab.errors import is_infrastructure
 from agentlab.faults import FAULTS, get_fault
 from agentlab.harness import Harness
 from agentlab.invariants import KINDS, count_by_kind
@@ -204,9 +205,13 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
             The rows are the same for any number.
 
     Raises:
-        ValueError: an unknown preset or fault name.
-        agentlab.db.DatabaseUnavailable: no server.
+        ValueError: an unknown preset or fault name; ``episodes``, ``concurrency`` or ``workers`` below 1.
+        agentlab.db.DatabaseUnavailable: no server, or it stopped answering during the run (the
+            experiment stops at once; its database is dropped when the server is back).
     """
+    if episodes < 1 or concurrency < 1 or workers < 1:
+        raise ValueError(f"episodes, concurrency and workers must be at least 1 (got {episodes}, {concurrency}, "
+                         f"{workers})")
     chosen = [preset(p) if isinstance(p, str) else p for p in (presets or PRESETS)]
     by_name = {sg.name: sg for sg in chosen}
     if len(by_name) != len(chosen):
@@ -214,7 +219,6 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
     presets = tuple(by_name)
     faults = tuple(faults or FAULTS)
     fault_objs = [get_fault(f) for f in faults]
-    concurrency = max(1, concurrency)
     jobs = [(i, f, p) for i in range(episodes) for f in faults for p in presets]
     workers = max(1, min(workers, len(jobs)))
     created = url is None
@@ -242,11 +246,14 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
         else:
             results, wall_s, cpu_s = await run_jobs(h, jobs, by_name, seed=seed, concurrency=concurrency,
                                                     durability=durability, on_done=lambda: bar.update(1))
-    finally:
+    except BaseException as exc:
         bar.close()
-        await h.close()
-        if created:
-            await asyncio.to_thread(db.drop_database, url)
+        await _close_quietly(h, url if created else None, exc)
+        raise
+    bar.close()
+    await h.close()
+    if created:
+        await asyncio.to_thread(db.drop_database, url)
     import pandas as pd
 
     rows = pd.DataFrame(results, columns=list(ROW_COLUMNS))
@@ -257,10 +264,18 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
 
 
 async def run_jobs(h: Harness, jobs: Sequence[tuple[int, str, str]], by_name: dict[str, Safeguards], *, seed: int,
-                   concurrency: int, durability: str | None,
-                   on_done: Callable[[], None] | None = None) -> tuple[list[dict], float, float]:
+                   concurrency: int, durability: str | None, on_done: Callable[[], None] | None = None,
+                   should_stop: Callable[[], bool] | None = None) -> tuple[list[dict], float, float]:
     """Run ``jobs`` (``(episode, fault, preset name)``) on ``h``'s database in this process, ``concurrency``
-    at a time; return one row per job (in completion order), the wall seconds and this process's CPU seconds."""
+    at a time; return one row per job (in completion order), the wall seconds and this process's CPU seconds.
+
+    An episode the lab itself fails on becomes a row with its error; the experiment goes on. No new
+    episode starts once ``should_stop()`` is true (the rows so far are returned).
+
+    Raises:
+        agentlab.db.DatabaseUnavailable: the server stopped answering; the episodes in flight are
+            cancelled at once rather than each waiting for a connection.
+    """
     lab = Lab(h, pool_max=concurrency + 4, checkpointer_max=min(8, max(2, concurrency // 4)))
     await lab.start()
     try:
@@ -272,18 +287,59 @@ async def run_jobs(h: Harness, jobs: Sequence[tuple[int, str, str]], by_name: di
 
         async def worker() -> None:
             for i, f, p in it:
+                if should_stop is not None and should_stop():
+                    return
                 try:
                     run = await lab.run(f, by_name[p], seed=episode_seed(seed, i), durability=durability)
                     results.append(row(run, i))
                 except Exception as exc:  # the lab itself failed: keep the experiment, show the row
+                    if is_infrastructure(exc):
+                        await h.ensure_reachable(exc)  # no server: DatabaseUnavailable ends the experiment
                     results.append(lab_error_row(f, p, i, episode_seed(seed, i), exc))
                 if on_done is not None:
                     on_done()
 
-        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(jobs)))))
+        tasks = [asyncio.create_task(worker()) for _ in range(min(concurrency, len(jobs)))]
+        watchdog = asyncio.create_task(h.watch_server())
+        try:
+            everything = asyncio.gather(*tasks)
+            everything.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no stray log
+            await asyncio.wait({everything, watchdog}, return_when=asyncio.FIRST_COMPLETED)
+            if watchdog.done():
+                watchdog.result()  # the server is gone: DatabaseUnavailable
+            await everything  # a worker's own error, if any
+        except BaseException:
+            await _cancel(tasks)
+            raise
+        finally:
+            watchdog.cancel()
         return results, time.perf_counter() - t0, time.process_time() - cpu0
     finally:
         await lab.close()
+
+
+async def _cancel(tasks: list[asyncio.Task], grace_s: float = 2.0) -> None:
+    """Cancel ``tasks``; give their clean-up ``grace_s`` seconds, then cancel what is still running again
+    (a clean-up that waits for a connection to a server that is gone)."""
+    for t in tasks:
+        t.cancel()
+    _, pending = await asyncio.wait(tasks, timeout=grace_s) if tasks else (set(), set())
+    for t in pending:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _close_quietly(h: Harness, url: str | None, exc: BaseException) -> None:
+    """Close ``h`` and drop the database at ``url`` after a failed run, without hiding its error: with the
+    server gone, the database is left to ``python -m agentlab db clean``."""
+    if isinstance(exc, db.DatabaseUnavailable):
+        h.events.abandon()
+    try:
+        await h.close()
+        if url is not None:
+            await asyncio.to_thread(db.drop_database, url)
+    except Exception:
+        pass
 
 
 def _fast_commit(url: str) -> None:
@@ -314,19 +370,58 @@ def render(result: ExperimentResult) -> str:
     return "\n".join(lines)
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (else exit 2 with a usage line)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def png_path(text: str) -> str:
+    """An argparse type: a ``.png`` file whose folder exists and is writable, checked before the run
+    (not after minutes of episodes)."""
+    import argparse
+    import errno
+    import os
+    import tempfile
+    from pathlib import Path
+
+    path = Path(text).expanduser()
+    if path.suffix.lower() != ".png":
+        raise argparse.ArgumentTypeError(f"{text!r} is not a .png file name")
+    folder = path.parent.resolve()
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"folder {str(folder)!r} does not exist; create it first")
+    try:  # a real write (os.access trusts the mode bits, which root ignores and /proc does not)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".agentlab-plot-"):
+            pass
+        if path.exists() and not os.access(path, os.W_OK):
+            raise PermissionError(errno.EACCES, "permission denied")
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot write {str(path)!r}: {exc.strerror or exc}")
+    return str(path)
+
+
 def add_arguments(parser) -> None:
     """The ``chaos`` subcommand's options."""
-    parser.add_argument("--episodes", type=int, default=10, help="episodes per fault and preset (default 10)")
+    parser.add_argument("--episodes", type=positive_int, default=10, help="episodes per fault and preset (default 10)")
     parser.add_argument("--presets", nargs="+", choices=list(PRESETS), default=None, metavar="PRESET",
                         help=f"presets to compare (default: all: {' '.join(PRESETS)})")
     parser.add_argument("--faults", nargs="+", choices=list(FAULTS), default=None, metavar="FAULT",
                         help=f"faults to inject (default: all: {' '.join(FAULTS)})")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="episodes in flight at once")
-    parser.add_argument("--workers", type=int, default=None,
+    parser.add_argument("--concurrency", type=positive_int, default=DEFAULT_CONCURRENCY,
+                        help=f"episodes in flight at once (default {DEFAULT_CONCURRENCY})")
+    parser.add_argument("--workers", type=positive_int, default=None,
                         help="processes running the episodes (default: one per core, at most one per 250 episodes)")
     parser.add_argument("--json", action="store_true", help="print one JSON object with the summary and every row")
-    parser.add_argument("--plot", metavar="FILE.png", help="write the fault x preset heatmap to this PNG")
+    parser.add_argument("--plot", metavar="FILE.png", type=png_path, help="write the fault x preset heatmap to this PNG")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -335,9 +430,8 @@ def main(args) -> int:
     import json
     import logging
 
-    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)  # killed backends are the point here
-    if args.episodes < 1:
-        raise SystemExit("--episodes must be at least 1")
+    for name in ("psycopg", "psycopg.pool"):  # killed backends and lost connections are the point here
+        logging.getLogger(name).setLevel(logging.ERROR)
     from agentlab.parallel import default_workers, run_loop
 
     cells = len(args.presets or PRESETS) * len(args.faults or FAULTS)

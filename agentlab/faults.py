@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
+from psycopg_pool import PoolClosed
 
 from agentlab.scenarios import C, PlannedCall, Scenario, get_scenario
 
@@ -336,8 +337,9 @@ class SlowStatement(Fault):
                         break
                     await asyncio.sleep(POLL_S)
             finally:
-                async with run.pool.connection() as conn:
-                    await conn.execute(SLOW_DISARM, (customer,))
+                with contextlib.suppress(PoolClosed):  # a process shutting down (Ctrl-C): nothing to disarm on
+                    async with run.pool.connection() as conn:
+                        await conn.execute(SLOW_DISARM, (customer,))
                 run.notes["slow_s"] = slow_s
 
         run.background.append(asyncio.create_task(control()))
@@ -347,14 +349,20 @@ class SlowStatement(Fault):
 
 
 async def _finish(tasks: list) -> None:
-    """Wait for a fault's background tasks (cancel one that outlives its cap); raise what one raised."""
-    for task in tasks:
-        if not task.done():
-            done, _ = await asyncio.wait([task], timeout=WAIT_CAP_S + 2)
-            if not done:
-                task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    """Wait for a fault's background tasks (cancel one that outlives its cap); raise what one raised.
+    Cancelled itself (the episode is), it cancels them too: none outlives its episode."""
+    try:
+        for task in tasks:
+            if not task.done():
+                done, _ = await asyncio.wait([task], timeout=WAIT_CAP_S + 2)
+                if not done:
+                    task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    except asyncio.CancelledError:
+        for task in tasks:
+            task.cancel()
+        raise
 
 
 # --------------------------------------------------------------------------- killed backend, crashes

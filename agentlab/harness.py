@@ -12,6 +12,7 @@ and the fake notification sink on pools of their own, the outbox worker and the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -38,6 +39,12 @@ from agentlab.scenarios import Scenario, create_customers, get_scenario
 
 
 POOL_TIMEOUT_S = 10.0  # how long a borrower waits for a connection before PoolTimeout
+WATCH_INTERVAL_S = 1.0  # Harness.watch_server: one connection a second, about 3 ms of the server's time
+
+
+def _busy(exc: BaseException) -> bool:
+    """A refused connection that says the server is alive: too many clients (SQLSTATE 53300)."""
+    return getattr(exc, "sqlstate", None) == "53300" or "too many clients" in str(exc)
 
 
 def checkpointer_pool(url: str, *, behind_pooler: bool = False, max_size: int = 4) -> AsyncConnectionPool:
@@ -104,15 +111,20 @@ class Harness:
         if owns:
             url = await asyncio.to_thread(db.create_database, purpose)
         h = cls(url, owns_database=owns, keep=keep, behind_pooler=behind_pooler, pool_max=pool_max, clock=clock)
-        await h.pool.open(wait=True)
-        await h.checkpointer_pool.open(wait=True)
-        h.saver = AsyncPostgresSaver(conn=h.checkpointer_pool)
-        await h.saver.setup()
-        await h.provider.open()
+        try:
+            await h.pool.open(wait=True)
+            await h.checkpointer_pool.open(wait=True)
+            h.saver = AsyncPostgresSaver(conn=h.checkpointer_pool)
+            await h.saver.setup()
+            await h.provider.open()
+        except BaseException:  # failed or cancelled: no pool left reconnecting, no fresh database left behind
+            with contextlib.suppress(Exception):
+                await h.close()
+            raise
         return h
 
     async def close(self) -> None:
-        await self.events.flush()
+        await self.events.flush()  # nothing to write, or (server gone) dropped at once
         await self.notifier.close()
         await self.provider.close()
         await self.checkpointer_pool.close()
@@ -140,15 +152,36 @@ class Harness:
 
     async def ensure_reachable(self, cause: BaseException | None = None) -> None:
         """Raise :class:`agentlab.db.DatabaseUnavailable` when the server no longer answers a fresh
-        connection (within ``db.CONNECT_TIMEOUT_S``): a run cannot go on without its database."""
-        try:
-            conn = await psycopg.AsyncConnection.connect(self.url, connect_timeout=db.CONNECT_TIMEOUT_S)
-            await conn.close()
-        except psycopg.Error as exc:
+        connection (within ``db.CONNECT_TIMEOUT_S``): a run cannot go on without its database. A server
+        that answers "too many clients" (SQLSTATE 53300) is busy, not gone. Once gone, the event log
+        drops its rows rather than wait for a connection at close."""
+        exc = await self._probe()
+        if exc is not None:
+            self.events.abandon()
             raise db.DatabaseUnavailable(
                 f"lost the database server during the run ({db._connect_reason(exc)}); what committed before "
                 "stays, the rest was not applied. Start it again (`python -m agentlab db start`) and re-run"
             ) from (cause or exc)
+
+    async def _probe(self) -> psycopg.Error | None:
+        try:
+            conn = await psycopg.AsyncConnection.connect(self.url, connect_timeout=db.CONNECT_TIMEOUT_S)
+            await conn.close()
+        except psycopg.Error as exc:
+            return None if _busy(exc) else exc
+        return None
+
+    async def watch_server(self, interval_s: float = WATCH_INTERVAL_S) -> None:
+        """Check every ``interval_s`` seconds that the server still takes a connection; never return,
+        raise :class:`agentlab.db.DatabaseUnavailable` once two tries in a row fail.
+
+        Run it beside long work (an experiment) so a stopped server ends the run in seconds, rather
+        than each episode in flight waiting out its pool timeout."""
+        while True:
+            await asyncio.sleep(interval_s)
+            if await self._probe() is not None:
+                await asyncio.sleep(0.2)
+                await self.ensure_reachable()
 
     async def create_customers(self, scenario: Scenario, safeguards: Safeguards) -> list[int]:
         """The scenario's customers, new rows in the schema ``safeguards`` writes to."""

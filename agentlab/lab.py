@@ -144,8 +144,14 @@ class AgentProcess:
         self._graphs: dict[Safeguards, Any] = {}
 
     async def open(self) -> "AgentProcess":
-        await self.pool.open(wait=True)
-        await self.checkpointer_pool.open(wait=True)
+        """Open both pools (waiting for their first connections); on failure or cancellation close
+        whichever opened, so no pool keeps reconnecting in the background."""
+        try:
+            await self.pool.open(wait=True)
+            await self.checkpointer_pool.open(wait=True)
+        except BaseException:
+            await self.close()
+            raise
         self.saver = CrashableSaver(self.checkpointer_pool)
         return self
 

@@ -24,20 +24,30 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import multiprocessing
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 READY_TIMEOUT_S = 120.0  # a worker that cannot open its pools in this time fails the experiment
-_LOGGERS = ("psycopg.pool", "agentlab", "agentlab.events")
+_LOGGERS = ("psycopg", "psycopg.pool", "agentlab", "agentlab.events")
 
 # set in each worker process by _init_worker
 _done = None
 _ready = None
 _go = None
+_stop = None
+_parent_pid = None
+
+
+def _should_stop() -> bool:
+    """In a worker: the parent asked to stop (a failure elsewhere, Ctrl-C), or died (killed)."""
+    return _stop.is_set() or os.getppid() != _parent_pid
 
 
 def event_loop_name() -> str:
@@ -54,6 +64,8 @@ def run_loop(coro: Coroutine) -> Any:
     try:
         import uvloop
     except ImportError:
+        uvloop = None
+    if uvloop is None:  # outside the except block: the run's own errors are not chained to this ImportError
         return asyncio.run(coro)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(coro)
@@ -82,9 +94,9 @@ class InlineExecutor(concurrent.futures.ThreadPoolExecutor):
         return future
 
 
-def _init_worker(done, ready, go, levels: dict[str, int], root_level: int) -> None:
-    global _done, _ready, _go
-    _done, _ready, _go = done, ready, go
+def _init_worker(done, ready, go, stop, levels: dict[str, int], root_level: int, parent_pid: int) -> None:
+    global _done, _ready, _go, _stop, _parent_pid
+    _done, _ready, _go, _stop, _parent_pid = done, ready, go, stop, parent_pid
     logging.basicConfig(level=root_level, format="%(levelname)s %(name)s: %(message)s")
     for name, level in levels.items():
         logging.getLogger(name).setLevel(level)
@@ -115,10 +127,26 @@ async def _shard(url: str, jobs: list[tuple], by_name: dict, options: dict) -> t
             await asyncio.sleep(0.01)
         asyncio.get_running_loop().set_default_executor(InlineExecutor(max_workers=1))
         rows, _, cpu_s = await run_jobs(h, jobs, by_name, seed=options["seed"], concurrency=concurrency,
-                                        durability=options["durability"], on_done=lambda: _count(_done))
+                                        durability=options["durability"], on_done=lambda: _count(_done),
+                                        should_stop=_should_stop)
     finally:
         await h.close()
     return rows, cpu_s
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """Ignore SIGINT while worker processes are started: a signal ignored at ``exec`` stays ignored,
+    so a Ctrl-C reaches only this process, which stops the workers after their episodes in flight
+    (a worker interrupted mid-import or mid-episode would print a traceback and leave work behind)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 async def run_sharded(url: str, jobs: Sequence[tuple], by_name: dict, *, workers: int, seed: int,
@@ -131,32 +159,44 @@ async def run_sharded(url: str, jobs: Sequence[tuple], by_name: dict, *, workers
 
     The faults' database objects must be installed before (:meth:`agentlab.lab.Lab.install`).
 
+    When a worker fails (for example :class:`agentlab.db.DatabaseUnavailable`) or this coroutine is
+    cancelled (Ctrl-C), the other workers start no new episode and end after the ones in flight.
+
     Raises:
-        Exception: whatever a worker raised (the others are left to finish first).
+        Exception: the first error a worker raised.
     """
     ctx = multiprocessing.get_context("spawn")
-    done, ready, go = ctx.Value("i", 0), ctx.Value("i", 0), ctx.Event()
+    done, ready, go, stop = ctx.Value("i", 0), ctx.Value("i", 0), ctx.Event(), ctx.Event()
     levels = {name: logging.getLogger(name).level for name in _LOGGERS}
     shards = [list(jobs[k::workers]) for k in range(workers)]
     shards = [s for s in shards if s]
     per_worker = [max(1, concurrency // len(shards) + (k < concurrency % len(shards))) for k in range(len(shards))]
     loop = asyncio.get_running_loop()
     with concurrent.futures.ProcessPoolExecutor(len(shards), mp_context=ctx, initializer=_init_worker,
-                                                initargs=(done, ready, go, levels, logging.getLogger().level)) as pool:
-        futures = [loop.run_in_executor(pool, _run_shard, url, shard, by_name,
-                                        {"seed": seed, "concurrency": c, "durability": durability})
-                   for shard, c in zip(shards, per_worker)]
+                                                initargs=(done, ready, go, stop, levels, logging.getLogger().level,
+                                                          os.getpid())) as pool:
+        with _sigint_ignored():  # the workers are born ignoring Ctrl-C: this process stops them (``stop``)
+            futures = [loop.run_in_executor(pool, _run_shard, url, shard, by_name,
+                                            {"seed": seed, "concurrency": c, "durability": durability})
+                       for shard, c in zip(shards, per_worker)]
+        pending = set(futures)
         try:
             while ready.value < len(shards) and not any(f.done() for f in futures):
                 await asyncio.sleep(0.05)
-        finally:
-            go.set()  # also on failure: no worker waits for a start that never comes
-        t0 = time.perf_counter()
-        pending = set(futures)
-        while pending:
-            _, pending = await asyncio.wait(pending, timeout=0.25)
-            if on_done is not None:
-                on_done(done.value)
+            go.set()
+            t0 = time.perf_counter()
+            while pending:
+                finished, pending = await asyncio.wait(pending, timeout=0.25)
+                if on_done is not None:
+                    on_done(done.value)
+                failed = [f for f in finished if f.exception() is not None]
+                if failed:
+                    raise failed[0].exception()
+        except BaseException:
+            stop.set()  # the others start no new episode; the pool's exit waits for their episodes in flight
+            go.set()  # and none waits for a start that never comes
+            await asyncio.gather(*pending, return_exceptions=True)
+            raise
         wall_s = time.perf_counter() - t0
         results = [f.result() for f in futures]
     rows = [r for shard_rows, _ in results for r in shard_rows]

@@ -76,3 +76,29 @@ def test_unreachable_database_url_is_one_clear_line_and_exit_code_2(command):
 def test_unknown_preset_is_refused_by_the_parser():
     proc = run_cli("demo", "--preset", "bogus")
     assert proc.returncode == 2 and "invalid choice" in proc.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--episodes", "0"], "--episodes: must be at least 1, got 0"),
+    (["--concurrency", "-3"], "--concurrency: must be at least 1, got -3"),
+    (["--workers", "two"], "--workers: expected a whole number, got 'two'"),
+    (["--plot", "/no/such/folder/heatmap.png"], "does not exist; create it first"),
+    (["--plot", "heatmap.pdf"], "is not a .png file name"),
+])
+def test_chaos_refuses_bad_options_before_any_episode(args, says):
+    proc = run_cli("chaos", *args, env={"DATABASE_URL": "postgresql://postgres@127.0.0.1:1/postgres"})
+    # exit 2 from the parser, before the (unreachable) database is even tried
+    assert proc.returncode == 2, proc.stderr
+    assert says in proc.stderr and "cannot connect" not in proc.stderr
+
+
+def test_chaos_plot_into_a_read_only_folder_is_refused_up_front(tmp_path):
+    if os.geteuid() == 0:
+        folder = "/proc"  # root may write anywhere else; /proc takes no new file even from root
+    else:
+        folder = tmp_path / "ro"
+        folder.mkdir()
+        folder.chmod(0o500)
+    proc = run_cli("chaos", "--plot", f"{folder}/heatmap.png",
+                   env={"DATABASE_URL": "postgresql://postgres@127.0.0.1:1/postgres"})
+    assert proc.returncode == 2 and "cannot write" in proc.stderr and "heatmap.png" in proc.stderr
