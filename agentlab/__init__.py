@@ -1,56 +1,79 @@
 """agentlab: keeping a database correct while an AI agent calls tools against it.
 
-The public names are re-exported here; ``tests/test_public_api.py`` keeps ``__all__`` in step.
+The public names are re-exported here, each loaded from its module on first use (PEP 562), so that
+``python -m agentlab`` starts without importing LangGraph, pandas or matplotlib until a command needs
+them; ``tests/test_public_api.py`` keeps ``__all__`` in step with :data:`_EXPORTS`.
 """
 
+import importlib as _importlib
 import logging as _logging
 
-from agentlab.approval import (
-    APPROVAL, ApprovalPolicy, approval_requests, interrupts_of, pending_requests, resume_command,
-)
-from agentlab.batches import batch_frame, customer_rows, new_customer, steps_frame, tool_calls
-from agentlab.bench import run_bench
-from agentlab.charts import experiment_heatmap, heatmap
-from agentlab.db import DatabaseUnavailable, create_database, drop_database, server_url
-from agentlab.errors import (
-    AgentlabError, Category, NotFound, SimulatedCrash, ToolError, UnknownTool, find_leaks, is_infrastructure, translate,
-)
-from agentlab.events import EventLog
-from agentlab.experiments import ExperimentResult, run_experiment, safeguard_effects, summarize
-from agentlab.failure_lab import LabResult, LabSession, lab_charts, lab_run, ledger_chart, rollback_rate_chart
-from agentlab.faults import FAMILIES, FAULTS, Fault, fault_table, get_fault
-from agentlab.graph import AgentState, build_graph, repair_orphans, retry_policy, run_config, unanswered_tool_calls
-from agentlab.harness import Episode, Harness
-from agentlab.history import fork, replay, replay_and_fork_experiment, run_from, thread_counts, thread_history
-from agentlab.invariants import KINDS, Violation, check_episode, check_messages, count_by_kind
-from agentlab.jobs import JobFailed, JobLost, JobResult, JobStatus, JobStore, JobTimeout
-from agentlab.lab import AgentProcess, FaultRun, Lab, run_fault
-from agentlab.ladder import ladder_chart, rung_table
-from agentlab.model import ScriptedChatModel, load_model
-from agentlab.node import BatchResult, CallResult, Outcome, TransactionalToolsNode, idempotency_key
-from agentlab.notifier import NOTIFY_TOPIC, FakeNotifier
-from agentlab.observability import node_summary, observe_node, run_events, timeline_chart
-from agentlab.outbox import DrainStats, OutboxWorker, outbox_counts
-from agentlab.provider import Clock, FakePaymentProvider, IdempotencyConflict, ProviderTimeout, ProviderUnavailable
-from agentlab.refund_saga import RowLock, payout_input, store_credit_payout
-from agentlab.retention import (
-    RetentionPolicy, RetentionReport, apply_retention, checkpoint_bytes, retention_chart, retention_experiment,
-    thread_activity,
-)
-from agentlab.saga import (
-    Backoff, RunStatus, SagaBusy, SagaDefinition, SagaError, SagaReport, SagaRunner, Step, StepContext, StepStatus,
-)
-from agentlab.saga_frames import compensation_needed_frame, saga_chart, saga_log_frame, saga_steps_frame
-from agentlab.safeguards import PRESET_NOTES, PRESETS, Policy, Safeguards, preset
-from agentlab.scenarios import SCENARIOS, C, CustomerSpec, Intended, PlannedCall, Scenario, get_scenario
-from agentlab.tenancy import (
-    AGENT_ROLE, AgentProbe, CrossTenantEffect, TenantRequired, agent_privileges, compare_isolation,
-    create_foreign_customer, cross_tenant_effects, try_as_agent, with_foreign_customer,
-)
-from agentlab.tools import TOOLS, ToolSpec, get_tool, tool_schemas
-from agentlab.widgets import FailureLab
+# module (under agentlab.) -> the public names it provides
+_EXPORTS = {
+    "approval": (
+        "APPROVAL", "ApprovalPolicy", "approval_requests", "interrupts_of", "pending_requests", "resume_command",
+    ),
+    "batches": ("batch_frame", "customer_rows", "new_customer", "steps_frame", "tool_calls"),
+    "bench": ("run_bench",),
+    "charts": ("experiment_heatmap", "heatmap"),
+    "db": ("DatabaseUnavailable", "create_database", "drop_database", "server_url"),
+    "errors": (
+        "AgentlabError", "Category", "NotFound", "SimulatedCrash", "ToolError", "UnknownTool", "find_leaks",
+        "is_infrastructure", "translate",
+    ),
+    "events": ("EventLog",),
+    "experiments": ("ExperimentResult", "run_experiment", "safeguard_effects", "summarize"),
+    "failure_lab": ("LabResult", "LabSession", "lab_charts", "lab_run", "ledger_chart", "rollback_rate_chart"),
+    "faults": ("FAMILIES", "FAULTS", "Fault", "fault_table", "get_fault"),
+    "graph": ("AgentState", "build_graph", "repair_orphans", "retry_policy", "run_config", "unanswered_tool_calls"),
+    "harness": ("Episode", "Harness"),
+    "history": ("fork", "replay", "replay_and_fork_experiment", "run_from", "thread_counts", "thread_history"),
+    "invariants": ("KINDS", "Violation", "check_episode", "check_messages", "count_by_kind"),
+    "jobs": ("JobFailed", "JobLost", "JobResult", "JobStatus", "JobStore", "JobTimeout"),
+    "lab": ("AgentProcess", "FaultRun", "Lab", "run_fault"),
+    "ladder": ("ladder_chart", "rung_table"),
+    "model": ("ScriptedChatModel", "load_model"),
+    "node": ("BatchResult", "CallResult", "Outcome", "TransactionalToolsNode", "idempotency_key"),
+    "notifier": ("FakeNotifier", "NOTIFY_TOPIC"),
+    "observability": ("node_summary", "observe_node", "run_events", "timeline_chart"),
+    "outbox": ("DrainStats", "OutboxWorker", "outbox_counts"),
+    "provider": ("Clock", "FakePaymentProvider", "IdempotencyConflict", "ProviderTimeout", "ProviderUnavailable"),
+    "refund_saga": ("RowLock", "payout_input", "store_credit_payout"),
+    "retention": (
+        "RetentionPolicy", "RetentionReport", "apply_retention", "checkpoint_bytes", "retention_chart",
+        "retention_experiment", "thread_activity",
+    ),
+    "safeguards": ("PRESETS", "PRESET_NOTES", "Policy", "Safeguards", "preset"),
+    "saga": (
+        "Backoff", "RunStatus", "SagaBusy", "SagaDefinition", "SagaError", "SagaReport", "SagaRunner", "Step",
+        "StepContext", "StepStatus",
+    ),
+    "saga_frames": ("compensation_needed_frame", "saga_chart", "saga_log_frame", "saga_steps_frame"),
+    "scenarios": ("C", "CustomerSpec", "Intended", "PlannedCall", "SCENARIOS", "Scenario", "get_scenario"),
+    "tenancy": (
+        "AGENT_ROLE", "AgentProbe", "CrossTenantEffect", "TenantRequired", "agent_privileges", "compare_isolation",
+        "create_foreign_customer", "cross_tenant_effects", "try_as_agent", "with_foreign_customer",
+    ),
+    "tools": ("TOOLS", "ToolSpec", "get_tool", "tool_schemas"),
+    "widgets": ("FailureLab",),
+}
+_MODULE_OF = {name: f"agentlab.{module}" for module, names in _EXPORTS.items() for name in names}
 
 _logging.getLogger("agentlab").addHandler(_logging.NullHandler())
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentlab' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "APPROVAL", "AgentState", "AgentlabError", "ApprovalPolicy", "Backoff", "BatchResult", "C", "CallResult",

@@ -12,11 +12,7 @@ import logging
 import shutil
 import sys
 
-import psycopg
-from psycopg_pool import PoolTimeout
-
-from agentlab import db
-from agentlab.errors import AgentlabError
+# only the standard library here: a Ctrl-C while the rest imports is caught by main()
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -42,6 +38,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def _cmd_db(args: argparse.Namespace) -> int:
     import os
 
+    from agentlab import db
+
     if args.action == "url":
         print(db.server_url())
     elif args.action == "start":
@@ -58,8 +56,11 @@ def _cmd_db(args: argparse.Namespace) -> int:
         dropped = db.clean()
         print(f"dropped {len(dropped)} leftover database(s) nobody was using" + (": " + ", ".join(dropped) if dropped else ""))
     elif args.action == "list":
-        for name in db.list_databases():
+        names = db.list_databases()
+        for name in names:
             print(name)
+        if not names:
+            print("no agentlab databases", file=sys.stderr)  # stdout stays a plain list of names
     elif args.action == "reset":
         if os.environ.get(db.ENV_VAR):
             print(f"dropped {db.reset()} agentlab database(s) on DATABASE_URL")
@@ -99,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_arguments(bench)
     bench.set_defaults(func=_cmd_bench)
 
-    dbp = sub.add_parser("db", help="the database server: url, start, stop, list, reset")
+    dbp = sub.add_parser("db", help="the database server: url, start, stop, list, clean, reset")
     dbp.add_argument("action", choices=["url", "start", "stop", "list", "clean", "reset"],
                      help="clean: drop leftover databases of interrupted runs; reset: start from scratch "
                      "(embedded: stop it and remove its data folder; DATABASE_URL: drop every agentlab database)")
@@ -108,6 +109,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit code. Ctrl-C at any point (the imports included) prints one line, 130."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("agentlab: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
+    import psycopg
+    from psycopg_pool import PoolTimeout
+
+    from agentlab import db
+    from agentlab.errors import AgentlabError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
@@ -128,9 +144,6 @@ def main(argv: list[str] | None = None) -> int:
     except AgentlabError as exc:
         print(f"agentlab: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("agentlab: interrupted", file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":

@@ -180,8 +180,14 @@ async def _fresh_harness(purpose: str):
     from agentlab.harness import Harness
 
     url = await asyncio.to_thread(db.create_database, purpose)
-    await asyncio.to_thread(_fast_commit, url)
-    return await Harness.open(url)
+    try:
+        await asyncio.to_thread(_fast_commit, url)
+        h = await Harness.open(url)
+    except BaseException:
+        await asyncio.to_thread(db.drop_database, url)
+        raise
+    h.owns_database = True  # made here for this section: dropped by ``h.close()``
+    return h
 
 
 async def bench_batch(report: Report) -> None:

@@ -237,9 +237,12 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
         if workers > 1:
             from agentlab.parallel import run_sharded
 
-            async with Lab(h) as lab:
-                for f in fault_objs:
-                    await lab.install(f)
+            async def install() -> None:
+                async with Lab(h) as lab:
+                    for f in fault_objs:
+                        await lab.install(f)
+
+            await h.watched(install())
             results, wall_s, cpu_s = await run_sharded(
                 url, jobs, by_name, workers=workers, seed=seed, concurrency=concurrency, durability=durability,
                 on_done=lambda n: bar.update(n - bar.n))
@@ -277,43 +280,38 @@ async def run_jobs(h: Harness, jobs: Sequence[tuple[int, str, str]], by_name: di
             cancelled at once rather than each waiting for a connection.
     """
     lab = Lab(h, pool_max=concurrency + 4, checkpointer_max=min(8, max(2, concurrency // 4)))
-    await lab.start()
-    try:
+    results: list[dict] = []
+
+    async def worker(it) -> None:
+        for i, f, p in it:
+            if should_stop is not None and should_stop():
+                return
+            try:
+                run = await lab.run(f, by_name[p], seed=episode_seed(seed, i), durability=durability)
+                results.append(row(run, i))
+            except Exception as exc:  # the lab itself failed: keep the experiment, show the row
+                if is_infrastructure(exc):
+                    await h.ensure_reachable(exc)  # no server: DatabaseUnavailable ends the experiment
+                results.append(lab_error_row(f, p, i, episode_seed(seed, i), exc))
+            if on_done is not None:
+                on_done()
+
+    async def body() -> tuple[list[dict], float, float]:
+        await lab.start()
         for f in dict.fromkeys(f for _, f, _ in jobs):
             await lab.install(get_fault(f))
-        results: list[dict] = []
         t0, cpu0 = time.perf_counter(), time.process_time()
         it = iter(jobs)
-
-        async def worker() -> None:
-            for i, f, p in it:
-                if should_stop is not None and should_stop():
-                    return
-                try:
-                    run = await lab.run(f, by_name[p], seed=episode_seed(seed, i), durability=durability)
-                    results.append(row(run, i))
-                except Exception as exc:  # the lab itself failed: keep the experiment, show the row
-                    if is_infrastructure(exc):
-                        await h.ensure_reachable(exc)  # no server: DatabaseUnavailable ends the experiment
-                    results.append(lab_error_row(f, p, i, episode_seed(seed, i), exc))
-                if on_done is not None:
-                    on_done()
-
-        tasks = [asyncio.create_task(worker()) for _ in range(min(concurrency, len(jobs)))]
-        watchdog = asyncio.create_task(h.watch_server())
+        tasks = [asyncio.create_task(worker(it)) for _ in range(min(concurrency, len(jobs)))]
         try:
-            everything = asyncio.gather(*tasks)
-            everything.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no stray log
-            await asyncio.wait({everything, watchdog}, return_when=asyncio.FIRST_COMPLETED)
-            if watchdog.done():
-                watchdog.result()  # the server is gone: DatabaseUnavailable
-            await everything  # a worker's own error, if any
+            await asyncio.gather(*tasks)
         except BaseException:
             await _cancel(tasks)
             raise
-        finally:
-            watchdog.cancel()
         return results, time.perf_counter() - t0, time.process_time() - cpu0
+
+    try:
+        return await h.watched(body())  # a server that goes away ends the run in seconds
     finally:
         await lab.close()
 
@@ -393,6 +391,9 @@ def png_path(text: str) -> str:
     from pathlib import Path
 
     path = Path(text).expanduser()
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is a folder; give a file name such as {text.rstrip('/')}/heatmap.png")
     if path.suffix.lower() != ".png":
         raise argparse.ArgumentTypeError(f"{text!r} is not a .png file name")
     folder = path.parent.resolve()
@@ -421,7 +422,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--workers", type=positive_int, default=None,
                         help="processes running the episodes (default: one per core, at most one per 250 episodes)")
     parser.add_argument("--json", action="store_true", help="print one JSON object with the summary and every row")
-    parser.add_argument("--plot", metavar="FILE.png", type=png_path, help="write the fault x preset heatmap to this PNG")
+    parser.add_argument("--plot", metavar="FILE.png", type=png_path,
+                        help="write the fault x preset heatmap to this PNG")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -440,12 +442,17 @@ def main(args) -> int:
         args.episodes, args.presets, args.faults, seed=args.seed, concurrency=args.concurrency,
         progress=False if (args.no_progress or args.json) else None, workers=max(1, workers),
     ))
-    if args.plot:
+    print(json.dumps(result.to_json(), default=str) if args.json else render(result), flush=True)
+    if args.plot:  # after the table: a plot that cannot be written loses no result
         import matplotlib
 
         matplotlib.use("Agg")
         from agentlab.charts import experiment_heatmap, save
 
-        save(experiment_heatmap(result), args.plot)
-    print(json.dumps(result.to_json(), default=str) if args.json else render(result))
+        try:
+            save(experiment_heatmap(result), args.plot)
+        except OSError as exc:
+            print(f"agentlab: could not write the plot {args.plot} ({exc.strerror or exc}); the table above "
+                  "is the whole result", file=sys.stderr)
+            return 1
     return 0

@@ -15,15 +15,16 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from agentlab import db
 from agentlab.errors import is_infrastructure
@@ -39,6 +40,7 @@ from agentlab.scenarios import Scenario, create_customers, get_scenario
 
 
 POOL_TIMEOUT_S = 10.0  # how long a borrower waits for a connection before PoolTimeout
+T = TypeVar("T")
 WATCH_INTERVAL_S = 1.0  # Harness.watch_server: one connection a second, about 3 ms of the server's time
 
 
@@ -112,8 +114,8 @@ class Harness:
             url = await asyncio.to_thread(db.create_database, purpose)
         h = cls(url, owns_database=owns, keep=keep, behind_pooler=behind_pooler, pool_max=pool_max, clock=clock)
         try:
-            await h.pool.open(wait=True)
-            await h.checkpointer_pool.open(wait=True)
+            await h.ensure_reachable()  # a server that is gone fails here at once, not after the pools' wait
+            await h.watched(h._open_pools())
             h.saver = AsyncPostgresSaver(conn=h.checkpointer_pool)
             await h.saver.setup()
             await h.provider.open()
@@ -122,6 +124,14 @@ class Harness:
                 await h.close()
             raise
         return h
+
+    async def _open_pools(self) -> None:
+        try:
+            await self.pool.open(wait=True, timeout=POOL_TIMEOUT_S)
+            await self.checkpointer_pool.open(wait=True, timeout=POOL_TIMEOUT_S)
+        except PoolTimeout as exc:
+            await self.ensure_reachable(exc)  # the server is gone: DatabaseUnavailable, else the timeout
+            raise
 
     async def close(self) -> None:
         await self.events.flush()  # nothing to write, or (server gone) dropped at once
@@ -160,7 +170,8 @@ class Harness:
             self.events.abandon()
             raise db.DatabaseUnavailable(
                 f"lost the database server during the run ({db._connect_reason(exc)}); what committed before "
-                "stays, the rest was not applied. Start it again (`python -m agentlab db start`) and re-run"
+                "stays, the rest was not applied. Start it again (`python -m agentlab db start`), drop what the "
+                "run left (`python -m agentlab db clean`) and re-run"
             ) from (cause or exc)
 
     async def _probe(self) -> psycopg.Error | None:
@@ -182,6 +193,24 @@ class Harness:
             if await self._probe() is not None:
                 await asyncio.sleep(0.2)
                 await self.ensure_reachable()
+
+    async def watched(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Await ``coro`` with :meth:`watch_server` beside it: if the server goes away first, ``coro`` is
+        cancelled and :class:`agentlab.db.DatabaseUnavailable` raised (within about two seconds)."""
+        work = asyncio.ensure_future(coro)
+        watchdog = asyncio.ensure_future(self.watch_server())
+        try:
+            await asyncio.wait({work, watchdog}, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done():
+                watchdog.result()  # the server is gone: raises
+            return await work
+        except BaseException:  # the server is gone, or this run was cancelled (Ctrl-C)
+            work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
+            raise
+        finally:
+            watchdog.cancel()
+            await asyncio.gather(watchdog, return_exceptions=True)
 
     async def create_customers(self, scenario: Scenario, safeguards: Safeguards) -> list[int]:
         """The scenario's customers, new rows in the schema ``safeguards`` writes to."""

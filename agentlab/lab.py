@@ -37,11 +37,11 @@ from typing import Any
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import Runnable, ensure_config
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from agentlab.errors import SimulatedCrash
 from agentlab.graph import RETRY_ATTEMPTS, build_graph, run_config
-from agentlab.harness import Episode, Harness, checkpointer_pool
+from agentlab.harness import POOL_TIMEOUT_S, Episode, Harness, checkpointer_pool
 from agentlab.invariants import Violation, check_episode
 from agentlab.model import ScriptedChatModel
 from agentlab.node import TransactionalToolsNode
@@ -147,8 +147,8 @@ class AgentProcess:
         """Open both pools (waiting for their first connections); on failure or cancellation close
         whichever opened, so no pool keeps reconnecting in the background."""
         try:
-            await self.pool.open(wait=True)
-            await self.checkpointer_pool.open(wait=True)
+            await self.pool.open(wait=True, timeout=POOL_TIMEOUT_S)
+            await self.checkpointer_pool.open(wait=True, timeout=POOL_TIMEOUT_S)
         except BaseException:
             await self.close()
             raise
@@ -289,8 +289,12 @@ class Lab:
 
     async def _new_process(self, pool_max: int) -> AgentProcess:
         h = self.harness
-        return await AgentProcess(h.url, provider=h.provider, events=h.events, pool_max=pool_max,
-                                  checkpointer_max=self.checkpointer_max).open()
+        try:
+            return await AgentProcess(h.url, provider=h.provider, events=h.events, pool_max=pool_max,
+                                      checkpointer_max=self.checkpointer_max).open()
+        except PoolTimeout as exc:
+            await h.ensure_reachable(exc)  # the server is gone: DatabaseUnavailable, else the timeout
+            raise
 
     async def restart_process(self) -> AgentProcess:
         """The process crashed episodes resume in (new pools, saver and graphs; opened once)."""

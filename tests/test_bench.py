@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+from agentlab import db
 from agentlab.bench import FIGURES, GOALS, RATIOS
 from agentlab.bench_batch import BatchSource, create_bench_customer, node_batch, plain_batch, traced_statements
 from agentlab.events import EventLog
@@ -17,6 +18,7 @@ from conftest import scalar
 
 
 def test_bench_quick_json_reports_every_named_figure_and_ratio():
+    before = set(db.list_databases())
     proc = subprocess.run([sys.executable, "-m", "agentlab", "bench", "--quick", "--json"], capture_output=True,
                           text=True, timeout=300, env=os.environ.copy())
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -30,6 +32,8 @@ def test_bench_quick_json_reports_every_named_figure_and_ratio():
     assert out["notes"]["same_sql"] is True
     assert out["machine"]["cpus"] >= 1 and out["mode"] == "quick"
     assert "bench:" in proc.stderr  # progress goes to stderr, the JSON alone to stdout
+    # every database the bench made for a section was dropped with it
+    assert [d for d in set(db.list_databases()) - before if d.startswith("agentlab_bench")] == []
 
 
 async def test_plain_psycopg_batch_sends_exactly_the_nodes_sql(harness):

@@ -84,6 +84,7 @@ def test_unknown_preset_is_refused_by_the_parser():
     (["--workers", "two"], "--workers: expected a whole number, got 'two'"),
     (["--plot", "/no/such/folder/heatmap.png"], "does not exist; create it first"),
     (["--plot", "heatmap.pdf"], "is not a .png file name"),
+    (["--plot", "/tmp"], "is a folder; give a file name"),
 ])
 def test_chaos_refuses_bad_options_before_any_episode(args, says):
     proc = run_cli("chaos", *args, env={"DATABASE_URL": "postgresql://postgres@127.0.0.1:1/postgres"})
