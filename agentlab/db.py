@@ -61,7 +61,8 @@ class ServerInfo:
 # --------------------------------------------------------------------------- URLs
 
 SECRET_PATTERNS = (
-    (re.compile(r"(://[^:/@\s]*:)[^@\s]+@"), r"\1***@"),  # postgresql://user:password@host
+    # postgresql://user:password@host, up to the token's last @ (a password may hold an unencoded @)
+    (re.compile(r"(://[^:/@\s]*:)\S+@"), r"\1***@"),
     (re.compile(r"(?i)(password\s*=\s*)('[^']*'|\S+)"), r"\1***"),  # key=value conninfo
     (re.compile(r"(?i)\b((?:secret|token|api[_-]?key|access[_-]?key|secret[_-]?access[_-]?key|[a-z_]*_secret)"
                 r"[a-z_]*\s*[=:]\s*)('[^']*'|\"[^\"]*\"|\S+)"), r"\1***"),

@@ -112,3 +112,11 @@ def test_postgres_report_labels_are_caught_by_the_leak_detector():
     assert find_leaks("DETAIL:  Key (a)=(1) already exists.") == ["sql"]
     assert find_leaks("HINT:  No operator matches the given name") == ["sql"]
     assert find_leaks("FAILED [invalid_arguments]: a date is not valid; use the form YYYY-MM-DD.") == []
+
+
+def test_redact_hides_a_password_holding_an_unencoded_at_sign():
+    from agentlab.db import redact
+
+    out = redact("cannot connect to postgresql://postgres:pa@ss@db.internal:5432/app (refused)")
+    assert "ss@" not in out
+    assert out == "cannot connect to postgresql://postgres:***@db.internal:5432/app (refused)"
