@@ -17,6 +17,13 @@ import sys
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from agentlab.demo import render, run_demo, to_json
+    from agentlab.demo_workflows import WORKFLOW_DEMOS
+
+    if args.scenario in WORKFLOW_DEMOS and args.preset not in (None, "full"):
+        print(f"agentlab: the {args.scenario} demo always runs under full (it shows what comes after one "
+              f"transaction); drop --preset {args.preset}", file=sys.stderr)
+        return 2
+    args.preset = args.preset or "full"
 
     rep = asyncio.run(run_demo(args.scenario, args.preset, seed=args.seed, keep=args.keep))
     print(to_json(rep) if args.json else render(rep))
@@ -82,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="run a seed story end to end on a fresh database")
     demo.add_argument("--scenario", default="refund", choices=sorted([*SCENARIOS, *WORKFLOW_DEMOS]))
-    demo.add_argument("--preset", default="full", choices=list(PRESETS))
+    demo.add_argument("--preset", default=None, choices=list(PRESETS),
+                      help="safeguards preset (default full; the saga and approval demos run under full only)")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--json", action="store_true", help="print one JSON object")
     demo.add_argument("--keep", action="store_true", help="keep the demo's database to inspect it")

@@ -103,3 +103,8 @@ def test_chaos_plot_into_a_read_only_folder_is_refused_up_front(tmp_path):
     proc = run_cli("chaos", "--plot", f"{folder}/heatmap.png",
                    env={"DATABASE_URL": "postgresql://postgres@127.0.0.1:1/postgres"})
     assert proc.returncode == 2 and "cannot write" in proc.stderr and "heatmap.png" in proc.stderr
+
+
+def test_a_workflow_demo_refuses_a_preset_it_would_ignore():
+    proc = run_cli("demo", "--scenario", "saga", "--preset", "naive")
+    assert proc.returncode == 2 and "always runs under full" in proc.stderr
