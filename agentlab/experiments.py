@@ -207,7 +207,7 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
     Raises:
         ValueError: an unknown preset or fault name; ``episodes``, ``concurrency`` or ``workers`` below 1.
         agentlab.db.DatabaseUnavailable: no server, or it stopped answering during the run (the
-            experiment stops at once; its database is dropped when the server is back).
+            experiment stops within about two seconds; its database is left to ``db clean``).
     """
     if episodes < 1 or concurrency < 1 or workers < 1:
         raise ValueError(f"episodes, concurrency and workers must be at least 1 (got {episodes}, {concurrency}, "
