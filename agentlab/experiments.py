@@ -385,7 +385,6 @@ def png_path(text: str) -> str:
     """An argparse type: a ``.png`` file whose folder exists and is writable, checked before the run
     (not after minutes of episodes)."""
     import argparse
-    import errno
     import os
     import tempfile
     from pathlib import Path
@@ -402,10 +401,10 @@ def png_path(text: str) -> str:
     try:  # a real write (os.access trusts the mode bits, which root ignores and /proc does not)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".agentlab-plot-"):
             pass
-        if path.exists() and not os.access(path, os.W_OK):
-            raise PermissionError(errno.EACCES, "permission denied")
     except OSError as exc:
         raise argparse.ArgumentTypeError(f"cannot write {str(path)!r}: {exc.strerror or exc}")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {str(path)!r}: permission denied")
     return str(path)
 
 
