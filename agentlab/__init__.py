@@ -10,52 +10,131 @@ import logging as _logging
 
 # module (under agentlab.) -> the public names it provides
 _EXPORTS = {
-    "approval": (
-        "APPROVAL", "ApprovalPolicy", "approval_requests", "interrupts_of", "pending_requests", "resume_command",
+    "bench.suite": (
+        "run_bench",
     ),
-    "batches": ("batch_frame", "customer_rows", "new_customer", "steps_frame", "tool_calls"),
-    "bench": ("run_bench",),
-    "charts": ("experiment_heatmap", "heatmap"),
-    "db": ("DatabaseUnavailable", "create_database", "drop_database", "server_url"),
-    "errors": (
-        "AgentlabError", "Category", "NotFound", "SimulatedCrash", "ToolError", "UnknownTool", "find_leaks",
+    "core.errors": (
+        "AgentlabError", "Category", "DomainError", "IdempotencyConflict", "NotFound", "ProviderTimeout",
+        "ProviderUnavailable", "RULES", "SimulatedCrash", "ToolError", "UnknownTool", "find_leaks",
         "is_infrastructure", "translate",
     ),
-    "events": ("EventLog",),
-    "experiments": ("ExperimentResult", "run_experiment", "safeguard_effects", "summarize"),
-    "failure_lab": ("LabResult", "LabSession", "lab_charts", "lab_run", "ledger_chart", "rollback_rate_chart"),
-    "faults": ("FAMILIES", "FAULTS", "Fault", "fault_table", "get_fault"),
-    "graph": ("AgentState", "build_graph", "repair_orphans", "retry_policy", "run_config", "unanswered_tool_calls"),
-    "harness": ("Episode", "Harness"),
-    "history": ("fork", "replay", "replay_and_fork_experiment", "run_from", "thread_counts", "thread_history"),
-    "invariants": ("KINDS", "Violation", "check_episode", "check_messages", "count_by_kind"),
-    "jobs": ("JobFailed", "JobLost", "JobResult", "JobStatus", "JobStore", "JobTimeout"),
-    "lab": ("AgentProcess", "FaultRun", "Lab", "run_fault"),
-    "ladder": ("ladder_chart", "rung_table"),
-    "model": ("ScriptedChatModel", "load_model"),
-    "node": ("BatchResult", "CallResult", "Outcome", "TransactionalToolsNode", "idempotency_key"),
-    "notifier": ("FakeNotifier", "NOTIFY_TOPIC"),
-    "observability": ("node_summary", "observe_node", "run_events", "timeline_chart"),
-    "outbox": ("DrainStats", "OutboxWorker", "outbox_counts"),
-    "provider": ("Clock", "FakePaymentProvider", "IdempotencyConflict", "ProviderTimeout", "ProviderUnavailable"),
-    "refund_saga": ("RowLock", "payout_input", "store_credit_payout"),
-    "retention": (
+    "core.events": (
+        "EventLog", "observe_node",
+    ),
+    "core.graph": (
+        "AgentState", "build_graph", "repair_orphans", "retry_policy", "run_config",
+    ),
+    "core.isolation": (
+        "TenantRequired",
+    ),
+    "core.messages": (
+        "unanswered_tool_calls",
+    ),
+    "core.outbox": (
+        "DrainStats", "NOTIFY_TOPIC", "OutboxWorker", "outbox_counts",
+    ),
+    "core.safeguards": (
+        "PRESETS", "PRESET_NOTES", "Policy", "Safeguards", "preset",
+    ),
+    "core.tools_node": (
+        "BatchResult", "CallResult", "Outcome", "TransactionalToolsNode", "idempotency_key",
+    ),
+    "core.toolspec": (
+        "StrictArgs", "ToolContext", "ToolSpec", "Toolset", "tool",
+    ),
+    "demos.demo": (
+        "render",
+    ),
+    "demos.payout_saga": (
+        "backward_recovery", "escalation", "forward_recovery", "notice_model", "payout_effects",
+        "payout_input", "payout_script", "store_credit_payout",
+    ),
+    "demos.report": (
+        "episode_report",
+    ),
+    "domains.billing.scenarios": (
+        "C", "CustomerSpec", "Intended", "PlannedCall", "SCENARIOS", "Scenario", "get_scenario",
+    ),
+    "domains.billing.tools": (
+        "Cents", "CustomerId", "TOOLS", "charge_dedupe_key", "get_tool", "tool_schemas",
+    ),
+    "durable.approval": (
+        "APPROVAL", "ApprovalPolicy", "approval_requests", "interrupts_of", "pending_requests",
+        "resume_command", "resume_days_later",
+    ),
+    "durable.history": (
+        "fork", "replay", "replay_and_fork_experiment", "run_from", "thread_counts", "thread_history",
+    ),
+    "durable.jobs": (
+        "JobFailed", "JobLost", "JobResult", "JobStatus", "JobStore", "JobTimeout",
+    ),
+    "durable.retention": (
         "RetentionPolicy", "RetentionReport", "apply_retention", "checkpoint_bytes", "retention_chart",
         "retention_experiment", "thread_activity",
     ),
-    "safeguards": ("PRESETS", "PRESET_NOTES", "Policy", "Safeguards", "preset"),
-    "saga": (
+    "durable.saga": (
         "Backoff", "RunStatus", "SagaBusy", "SagaDefinition", "SagaError", "SagaReport", "SagaRunner", "Step",
         "StepContext", "StepStatus",
     ),
-    "saga_frames": ("compensation_needed_frame", "saga_chart", "saga_log_frame", "saga_steps_frame"),
-    "scenarios": ("C", "CustomerSpec", "Intended", "PlannedCall", "SCENARIOS", "Scenario", "get_scenario"),
-    "tenancy": (
-        "AGENT_ROLE", "AgentProbe", "CrossTenantEffect", "TenantRequired", "agent_privileges", "compare_isolation",
-        "create_foreign_customer", "cross_tenant_effects", "try_as_agent", "with_foreign_customer",
+    "durable.saga_frames": (
+        "compensation_needed_frame", "saga_chart", "saga_log_frame", "saga_steps_frame",
     ),
-    "tools": ("TOOLS", "ToolSpec", "get_tool", "tool_schemas"),
-    "widgets": ("FailureLab",),
+    "lab.batches": (
+        "batch_frame", "customer_rows", "new_customer", "steps_frame", "tool_calls",
+    ),
+    "lab.charts": (
+        "experiment_heatmap", "heatmap",
+    ),
+    "lab.experiments": (
+        "ExperimentResult", "run_experiment", "safeguard_effects", "summarize",
+    ),
+    "lab.faults": (
+        "FAMILIES", "FAULTS", "Fault", "fault_table", "get_fault",
+    ),
+    "lab.invariants": (
+        "KINDS", "Violation", "check_episode", "check_messages", "count_by_kind",
+    ),
+    "lab.ladder": (
+        "ladder_chart", "rung_table",
+    ),
+    "lab.observability": (
+        "episode_with_a_retry", "node_summary", "run_events", "timeline_chart",
+    ),
+    "lab.row_lock": (
+        "RowLock",
+    ),
+    "lab.runner": (
+        "AgentProcess", "FaultRun", "Lab", "run_fault",
+    ),
+    "lab.session": (
+        "LabResult", "LabSession", "lab_charts", "lab_run", "ledger_chart", "rollback_rate_chart",
+    ),
+    "lab.tenancy": (
+        "AGENT_ROLE", "AgentProbe", "CrossTenantEffect", "FORBIDDEN_STATEMENTS", "agent_privileges",
+        "compare_isolation", "create_foreign_customer", "cross_tenant_effects", "try_as_agent",
+        "with_foreign_customer",
+    ),
+    "lab.widget": (
+        "FailureLab",
+    ),
+    "runtime.db": (
+        "DatabaseUnavailable", "create_database", "drop_database", "server_url",
+    ),
+    "runtime.harness": (
+        "Episode", "Harness",
+    ),
+    "runtime.notebook": (
+        "open_notebook",
+    ),
+    "sim.model": (
+        "ScriptedChatModel", "classify", "load_model",
+    ),
+    "sim.notifier": (
+        "FakeNotifier",
+    ),
+    "sim.provider": (
+        "Clock", "FakePaymentProvider",
+    ),
 }
 _MODULE_OF = {name: f"agentlab.{module}" for module, names in _EXPORTS.items() for name in names}
 
@@ -75,34 +154,4 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-__all__ = [
-    "APPROVAL", "AgentState", "AgentlabError", "ApprovalPolicy", "Backoff", "BatchResult", "C", "CallResult",
-    "Category", "Clock", "CustomerSpec", "DatabaseUnavailable", "DrainStats", "Episode", "EventLog", "FakeNotifier",
-    "FakePaymentProvider", "Harness", "IdempotencyConflict", "Intended", "JobFailed", "JobLost", "JobResult",
-    "JobStatus", "JobStore", "JobTimeout", "NOTIFY_TOPIC", "NotFound", "OutboxWorker", "Outcome", "PRESETS",
-    "PRESET_NOTES", "PlannedCall", "Policy", "ProviderTimeout", "ProviderUnavailable", "RetentionPolicy",
-    "RetentionReport", "RowLock", "RunStatus", "SCENARIOS", "Safeguards", "SagaBusy", "SagaDefinition", "SagaError",
-    "SagaReport", "SagaRunner", "Scenario", "ScriptedChatModel", "Step", "StepContext", "StepStatus", "TOOLS",
-    "ToolError", "ToolSpec", "TransactionalToolsNode", "UnknownTool", "apply_retention", "approval_requests",
-    "build_graph", "checkpoint_bytes", "compensation_needed_frame", "create_database", "drop_database",
-    "find_leaks", "fork", "get_scenario", "get_tool", "idempotency_key", "interrupts_of", "is_infrastructure",
-    "load_model", "node_summary", "observe_node", "outbox_counts", "payout_input", "pending_requests", "preset",
-    "repair_orphans", "replay", "replay_and_fork_experiment", "resume_command", "retention_chart",
-    "retention_experiment", "retry_policy", "run_config", "run_events", "run_from", "saga_chart", "saga_log_frame",
-    "saga_steps_frame", "server_url", "store_credit_payout", "thread_activity", "thread_counts", "thread_history",
-    "timeline_chart", "tool_schemas", "translate", "unanswered_tool_calls",
-    # tenant isolation (agentlab.tenancy)
-    "AGENT_ROLE", "AgentProbe", "CrossTenantEffect", "TenantRequired", "agent_privileges", "compare_isolation",
-    "create_foreign_customer", "cross_tenant_effects", "try_as_agent", "with_foreign_customer",
-    # the bench (agentlab.bench)
-    "run_bench",
-    # hand-written batches (agentlab.batches)
-    "batch_frame", "customer_rows", "new_customer", "steps_frame", "tool_calls",
-    # the failure lab (agentlab.faults, agentlab.invariants, agentlab.lab, agentlab.experiments, agentlab.charts)
-    "AgentProcess", "ExperimentResult", "FAMILIES", "FAULTS", "Fault", "FaultRun", "KINDS", "Lab", "SimulatedCrash",
-    "Violation", "check_episode", "check_messages", "count_by_kind", "experiment_heatmap", "fault_table", "get_fault",
-    "heatmap", "run_experiment", "run_fault", "safeguard_effects", "summarize",
-    # the failure lab as plain calls and as a widget (agentlab.failure_lab, agentlab.widgets, agentlab.ladder)
-    "FailureLab", "LabResult", "LabSession", "lab_charts", "lab_run", "ladder_chart", "ledger_chart",
-    "rollback_rate_chart", "rung_table",
-]
+__all__ = sorted(_MODULE_OF)

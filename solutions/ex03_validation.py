@@ -8,10 +8,10 @@ from typing import Any
 from psycopg import sql
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from agentlab.batches import new_customer, tool_calls
-from agentlab.errors import translate
-from agentlab.safeguards import preset
-from agentlab.tools import Cents, CustomerId
+from agentlab import new_customer, tool_calls
+from agentlab import translate
+from agentlab import preset
+from agentlab import Cents, CustomerId
 
 COUNT_MARCH_INVOICES = """
 SELECT count(*) AS n FROM {}.invoices

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from agentlab.errors import find_leaks
+from agentlab import find_leaks
 
 EVENT_OF_CALL = """
 SELECT tool_name, outcome, sqlstate, error_class, detail FROM events

@@ -7,11 +7,11 @@ import uuid
 import psycopg
 from langchain_core.messages import AIMessage, HumanMessage
 
-from agentlab.batches import customer_rows, new_customer
-from agentlab.graph import build_graph, run_config
-from agentlab.model import ScriptedChatModel
-from agentlab.safeguards import preset
-from agentlab.scenarios import PlannedCall
+from agentlab import customer_rows, new_customer
+from agentlab import build_graph, run_config
+from agentlab import ScriptedChatModel
+from agentlab import preset
+from agentlab import PlannedCall
 
 LOCK_CUSTOMER = "SELECT * FROM customers WHERE id = %s FOR UPDATE"
 EVENT_COUNTS = """

@@ -6,13 +6,13 @@ import uuid
 
 from langchain_core.messages import HumanMessage
 
-from agentlab.batches import customer_rows, new_customer
-from agentlab.errors import SimulatedCrash
-from agentlab.graph import build_graph, run_config
-from agentlab.harness import Harness
-from agentlab.model import ScriptedChatModel
-from agentlab.safeguards import preset
-from agentlab.scenarios import PlannedCall
+from agentlab import customer_rows, new_customer
+from agentlab import SimulatedCrash
+from agentlab import build_graph, run_config
+from agentlab import Harness
+from agentlab import ScriptedChatModel
+from agentlab import preset
+from agentlab import PlannedCall
 
 OPENING_CREDIT_CENTS = 5000
 LEDGER_ROWS = "SELECT count(*) AS n FROM tool_executions WHERE thread_id = %s"

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from agentlab.batches import new_customer, tool_calls
-from agentlab.errors import SimulatedCrash
-from agentlab.outbox import OutboxWorker
-from agentlab.safeguards import preset
-from agentlab.tools import charge_dedupe_key
+from agentlab import new_customer, tool_calls
+from agentlab import SimulatedCrash
+from agentlab import OutboxWorker
+from agentlab import preset
+from agentlab import charge_dedupe_key
 
 OUTBOX_ROW = "SELECT status FROM outbox WHERE dedupe_key = %s"
 

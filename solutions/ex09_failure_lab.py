@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agentlab.failure_lab import lab_run
-from agentlab.faults import get_fault
-from agentlab.safeguards import PRESETS
+from agentlab import lab_run
+from agentlab import get_fault
+from agentlab import PRESETS
 
 
 async def first_safe_preset(h, fault: str, *, seeds=(0, 1)) -> dict:

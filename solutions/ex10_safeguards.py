@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agentlab.experiments import run_experiment
-from agentlab.safeguards import preset
+from agentlab import run_experiment
+from agentlab import preset
 
 LEDGER_KINDS = ("unreported_effect", "ledger_mismatch", "half_applied_batch")
 

@@ -6,10 +6,10 @@ import uuid
 
 from langchain_core.messages import HumanMessage, ToolMessage
 
-from agentlab.approval import APPROVAL, ApprovalPolicy, interrupts_of, resume_command
-from agentlab.graph import run_config
-from agentlab.model import ScriptedChatModel, classify
-from agentlab.safeguards import preset
+from agentlab import APPROVAL, ApprovalPolicy, interrupts_of, resume_command
+from agentlab import run_config
+from agentlab import ScriptedChatModel, classify
+from agentlab import preset
 
 COUNTS = """
 SELECT (SELECT count(*) FROM refunds WHERE customer_id = %(customer)s) AS refunds,

@@ -7,13 +7,13 @@ import uuid
 
 from langchain_core.messages import HumanMessage
 
-from agentlab.approval import APPROVAL, ApprovalPolicy, pending_requests, resume_command
-from agentlab.graph import run_config
-from agentlab.history import thread_counts, thread_history
-from agentlab.model import ScriptedChatModel
-from agentlab.retention import RetentionPolicy, apply_retention
-from agentlab.safeguards import preset
-from agentlab.scenarios import get_scenario
+from agentlab import APPROVAL, ApprovalPolicy, pending_requests, resume_command
+from agentlab import run_config
+from agentlab import thread_counts, thread_history
+from agentlab import ScriptedChatModel
+from agentlab import RetentionPolicy, apply_retention
+from agentlab import preset
+from agentlab import get_scenario
 
 POLICY = RetentionPolicy(replayable_for_s=7 * 86400, delete_after_s=90 * 86400)
 

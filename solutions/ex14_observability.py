@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from agentlab.observability import run_events
+from agentlab import run_events
 
 
 async def tokens_by_super_step(h, thread_id: str) -> pd.DataFrame:

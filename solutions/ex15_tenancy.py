@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentlab.tenancy import try_as_agent
+from agentlab import try_as_agent
 
 TENANTS = ("acme", "globex", "initech", "umbrella")
 SEE_CUSTOMER = "SELECT id FROM customers WHERE id = %s"
@@ -29,7 +29,7 @@ def _outcome(probe) -> int | str:
 
 async def write_as(h, tenant_id: str, customer_id: int, customer_tenant: str) -> dict:
     """Exercise 15.2: as ``tenant_id``'s agent role, write to customer ``customer_id`` (of tenant
-    ``customer_tenant``) three ways; every probe is rolled back (:func:`agentlab.tenancy.try_as_agent`).
+    ``customer_tenant``) three ways; every probe is rolled back (:func:`agentlab.lab.tenancy.try_as_agent`).
     Each value is the rows affected, or the SQLSTATE when PostgreSQL refused the statement."""
     async with h.pool.connection() as conn:
         update = await try_as_agent(conn, TAKE_CREDIT, (customer_id,), tenant_id=tenant_id)

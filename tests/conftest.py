@@ -1,6 +1,6 @@
 """Shared fixtures: every test gets its own fresh database on the server in use.
 
-The server is ``DATABASE_URL`` when set, else the embedded one (see ``agentlab.db``). Databases are
+The server is ``DATABASE_URL`` when set, else the embedded one (see ``agentlab.runtime.db``). Databases are
 created from the migrated template (tens of milliseconds) and dropped after the test.
 """
 
@@ -10,8 +10,8 @@ import logging
 
 import pytest
 
-from agentlab import db
-from agentlab.harness import Harness
+from agentlab.runtime import db
+from agentlab.runtime.harness import Harness
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -43,7 +43,7 @@ async def harness(database_url):
 
 @pytest.fixture(autouse=True)
 def _quiet_events(caplog):
-    caplog.set_level(logging.INFO, logger="agentlab.events")
+    caplog.set_level(logging.INFO, logger="agentlab.core.events")
     yield
 
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from agentlab.approval import (
+from agentlab.durable.approval import (
     APPROVAL, REJECTED_MESSAGE, ApprovalPolicy, interrupts_of, pending_requests, resume_command, resume_days_later,
 )
-from agentlab.errors import SimulatedCrash
-from agentlab.graph import build_graph, run_config, unanswered_tool_calls
-from agentlab.model import ScriptedChatModel, classify
-from agentlab.provider import customer_ref
-from agentlab.safeguards import preset
-from agentlab.scenarios import C, CustomerSpec, Intended, PlannedCall, Scenario
+from agentlab.core.errors import SimulatedCrash
+from agentlab.core.graph import build_graph, run_config
+from agentlab.core.messages import unanswered_tool_calls
+from agentlab.sim.model import ScriptedChatModel, classify
+from agentlab.sim.provider import customer_ref
+from agentlab.core.safeguards import preset
+from agentlab.domains.billing.scenarios import C, CustomerSpec, Intended, PlannedCall, Scenario
 from conftest import fetch, scalar
 
 DAY_S = 86400
@@ -109,7 +110,7 @@ async def test_approval_resumed_three_days_later_refunds_exactly_once(harness):
     assert unanswered_tool_calls(state["messages"]) == []
     await harness.events.flush()
     assert await fetch(harness, "SELECT outcome, error_class FROM events WHERE kind = 'node' AND node = 'tools' "
-                                "ORDER BY id") == [("error", "agentlab.errors.SimulatedCrash"), ("ok", None)]
+                                "ORDER BY id") == [("error", "agentlab.core.errors.SimulatedCrash"), ("ok", None)]
     assert await fetch(harness, "SELECT outcome, count(*) FROM events WHERE kind = 'call' GROUP BY 1") == [
         ("replayed", 2)]  # the re-run answered from the ledger
     assert await scalar(harness, "SELECT count(*) FROM refunds") == 2
@@ -145,7 +146,7 @@ async def test_rejecting_every_call_skips_the_tools_node(harness):
 
 
 async def test_each_replayed_branch_gets_its_own_approval_request(harness):
-    from agentlab.history import find_checkpoint, replay, thread_history
+    from agentlab.durable.history import find_checkpoint, replay, thread_history
 
     graph, config, ids, _, result = await start(harness)
     await graph.ainvoke(resume_command("approve"), config)

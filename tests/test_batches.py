@@ -1,13 +1,13 @@
-"""Hand-written batches (agentlab.batches): ids, frames, customers and what the database holds for them."""
+"""Hand-written batches (agentlab.lab.batches): ids, frames, customers and what the database holds for them."""
 
 from __future__ import annotations
 
 import json
 
-from agentlab.batches import (
+from agentlab.lab.batches import (
     BATCH_COLUMNS, STEP_COLUMNS, batch_frame, customer_rows, new_customer, steps_frame, tool_calls,
 )
-from agentlab.safeguards import preset
+from agentlab.core.safeguards import preset
 
 
 def test_tool_calls_have_the_shape_of_ai_message_tool_calls_and_fixed_ids():

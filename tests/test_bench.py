@@ -8,12 +8,13 @@ import os
 import subprocess
 import sys
 
-from agentlab import db
-from agentlab.bench import FIGURES, GOALS, RATIOS
-from agentlab.bench_batch import BatchSource, create_bench_customer, node_batch, plain_batch, traced_statements
-from agentlab.events import EventLog
-from agentlab.node import TransactionalToolsNode
-from agentlab.safeguards import preset
+from agentlab.domains.billing.tools import TOOLS
+from agentlab.runtime import db
+from agentlab.bench.suite import FIGURES, GOALS, RATIOS
+from agentlab.bench.batch import BatchSource, create_bench_customer, node_batch, plain_batch, traced_statements
+from agentlab.core.events import EventLog
+from agentlab.core.tools_node import TransactionalToolsNode
+from agentlab.core.safeguards import preset
 from conftest import scalar
 
 
@@ -39,7 +40,7 @@ def test_bench_quick_json_reports_every_named_figure_and_ratio():
 async def test_plain_psycopg_batch_sends_exactly_the_nodes_sql(harness):
     source = BatchSource(await create_bench_customer(harness.pool))
     node_sent = await traced_statements(harness.url, lambda pool: node_batch(
-        TransactionalToolsNode(pool, preset("full"), events=EventLog(None)), source.next()))
+        TransactionalToolsNode(pool, preset("full"), toolset=TOOLS, events=EventLog(None)), source.next()))
     plain_sent = await traced_statements(harness.url, lambda pool: plain_batch(pool, source.next()))
     assert node_sent == plain_sent
     assert node_sent.statements[0] == "BEGIN" and node_sent.statements[-1] == "COMMIT"

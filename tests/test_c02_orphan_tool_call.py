@@ -7,11 +7,12 @@ from __future__ import annotations
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from pydantic import PrivateAttr
 
-from agentlab.errors import NOT_APPLIED_PREFIX, ORPHANED_CALL
-from agentlab.graph import build_graph, run_config, unanswered_tool_calls
-from agentlab.model import ScriptedChatModel
-from agentlab.node import idempotency_key
-from agentlab.safeguards import preset
+from agentlab.core.messages import NOT_APPLIED_PREFIX, ORPHANED_CALL
+from agentlab.core.graph import build_graph, run_config
+from agentlab.core.messages import unanswered_tool_calls
+from agentlab.sim.model import ScriptedChatModel
+from agentlab.core.tools_node import idempotency_key
+from agentlab.core.safeguards import preset
 from conftest import scalar
 
 

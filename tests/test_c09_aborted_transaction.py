@@ -9,9 +9,10 @@ database unchanged and every connection back to idle.
 
 from __future__ import annotations
 
-from agentlab.errors import EARLIER_CALL_FAILED, FAILED_PREFIX, NOT_APPLIED_TEMPLATE, find_leaks
-from agentlab.node import Outcome
-from agentlab.safeguards import preset
+from agentlab.core.errors import find_leaks
+from agentlab.core.messages import EARLIER_CALL_FAILED, FAILED_PREFIX, NOT_APPLIED_TEMPLATE
+from agentlab.core.tools_node import Outcome
+from agentlab.core.safeguards import preset
 from conftest import fetch, scalar
 
 

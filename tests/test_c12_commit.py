@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import psycopg
 
-from agentlab.errors import BATCH_ROLLED_BACK, FAILED_PREFIX, NOT_APPLIED_TEMPLATE, find_leaks
-from agentlab.node import Outcome
-from agentlab.safeguards import preset
+from agentlab.core.errors import find_leaks
+from agentlab.core.messages import BATCH_ROLLED_BACK, FAILED_PREFIX, NOT_APPLIED_TEMPLATE
+from agentlab.core.tools_node import Outcome
+from agentlab.core.safeguards import preset
 from conftest import fetch, scalar
 
 CALLS = [

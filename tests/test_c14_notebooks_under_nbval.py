@@ -22,11 +22,11 @@ matplotlib.use("Agg")
 import nbformat
 import pytest
 
-from agentlab import db
-from agentlab.failure_lab import LabSession
-from agentlab.harness import Harness
-from agentlab.notebook import honour_semicolons
-from agentlab.widgets import FailureLab
+from agentlab.runtime import db
+from agentlab.lab.session import LabSession
+from agentlab.runtime.harness import Harness
+from agentlab.runtime.notebook import honour_semicolons
+from agentlab.lab.widget import FailureLab
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -36,9 +36,9 @@ PAYMENT_ID = re.compile(r"\b(ch|re)_[0-9a-f]{16}\b")
 # The C14 input as a notebook: a plot ended by ';', the failure lab widget driven by its button, a plain
 # ipywidgets control, DataFrames holding timestamps, thread ids, tool call ids and payment ids.
 C14_CELLS = [
-    'from agentlab.notebook import open_notebook\nh = await open_notebook("c14")',
+    'from agentlab.runtime.notebook import open_notebook\nh = await open_notebook("c14")',
     "import matplotlib.pyplot as plt\nplt.plot([0, 1, 2], [3, 1, 2]);",
-    "from agentlab.widgets import FailureLab\nlab = FailureLab(h)\nlab",
+    "from agentlab.lab.widget import FailureLab\nlab = FailureLab(h)\nlab",
     ('lab.choose(fault="crash_before_checkpoint", preset="ledger", scenario="refund", seed=0)\n'
      "lab.run_button.click()\nresult = await lab.wait()\nprint(result.headline())"),
     "await h.df('SELECT thread_id, tool_call_id, tool_name, created_at FROM tool_executions ORDER BY tool_call_id')",

@@ -11,8 +11,8 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from agentlab import db
-from agentlab.harness import Harness
+from agentlab.runtime import db
+from agentlab.runtime.harness import Harness
 
 
 @pytest.fixture

@@ -8,13 +8,14 @@ import logging
 import psycopg
 from psycopg import errors as pgerr
 
-from agentlab import errors
-from agentlab.errors import (
+from agentlab.core import errors
+from agentlab.core.errors import (
     COVERED_SQLSTATE_CLASSES, FALLBACK_RULE, RULES, Category, find_leaks, is_infrastructure, translate,
 )
-from agentlab.node import Outcome
-from agentlab.safeguards import preset
-from agentlab.tools import TOOLS, ToolSpec, LookupCustomer
+from agentlab.core.tools_node import Outcome, TransactionalToolsNode
+from agentlab.core.safeguards import preset
+from agentlab.domains.billing.tools import LookupCustomer
+from agentlab.core.toolspec import ToolSpec, Toolset
 from conftest import fetch
 
 GENERIC = {FALLBACK_RULE, next(r for r in RULES if r.match is psycopg.Error)}
@@ -85,9 +86,9 @@ async def _explode(conn, args, ctx):
 
 
 async def test_c13_a_secret_in_an_error_reaches_the_log_not_the_model(harness, monkeypatch, caplog):
-    monkeypatch.setitem(TOOLS, "LookupCustomer", ToolSpec("LookupCustomer", LookupCustomer, _explode, writes=False))
-    node = harness.node(preset("full"))
-    with caplog.at_level(logging.INFO, logger="agentlab.events"):
+    exploding = Toolset([ToolSpec("LookupCustomer", LookupCustomer, _explode, writes=False)])
+    node = TransactionalToolsNode(harness.pool, preset("full"), toolset=exploding, events=harness.events)
+    with caplog.at_level(logging.INFO, logger="agentlab.core.events"):
         batch = await node.run_batch([{"name": "LookupCustomer", "args": {"customer_id": 7}, "id": "call_secret",
                                        "type": "tool_call"}], thread_id="t-c13", tenant_id="acme")
     await harness.events.flush()
@@ -115,7 +116,7 @@ def test_postgres_report_labels_are_caught_by_the_leak_detector():
 
 
 def test_redact_hides_a_password_holding_an_unencoded_at_sign():
-    from agentlab.db import redact
+    from agentlab.core.redact import redact
 
     out = redact("cannot connect to postgresql://postgres:pa@ss@db.internal:5432/app (refused)")
     assert "ss@" not in out

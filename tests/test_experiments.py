@@ -9,10 +9,10 @@ import json
 import pytest
 
 from agentlab.__main__ import main
-from agentlab.experiments import LADDER, ROW_COLUMNS, run_experiment
-from agentlab.faults import FAULTS
-from agentlab.invariants import KINDS
-from agentlab.safeguards import preset
+from agentlab.lab.experiments import LADDER, ROW_COLUMNS, run_experiment
+from agentlab.lab.faults import FAULTS
+from agentlab.lab.invariants import KINDS
+from agentlab.core.safeguards import preset
 
 FAST_FAULTS = ["none", "wrong_type", "stray_quote", "check_violation", "backend_killed", "crash_before_checkpoint",
                "crash_mid_node", "provider_timeout", "worker_crash", "wrong_order"]
@@ -117,7 +117,7 @@ def test_worker_processes_give_the_same_rows_as_one_process():
 def test_a_workers_to_thread_calls_run_inline_and_raise_as_in_a_thread():
     import threading
 
-    from agentlab.parallel import InlineExecutor
+    from agentlab.lab.parallel import InlineExecutor
 
     async def main():
         asyncio.get_running_loop().set_default_executor(InlineExecutor(max_workers=1))

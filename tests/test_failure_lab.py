@@ -1,4 +1,4 @@
-"""The failure lab's plain calls (agentlab.failure_lab) and the ladder's reading (agentlab.ladder), on real
+"""The failure lab's plain calls (agentlab.lab.session) and the ladder's reading (agentlab.lab.ladder), on real
 databases: every frame is compared with what the database, the provider and the messages hold."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ matplotlib.use("Agg")
 import pandas as pd
 import pytest
 
-from agentlab.experiments import run_experiment
-from agentlab.failure_lab import (
+from agentlab.lab.experiments import run_experiment
+from agentlab.lab.session import (
     LEDGER_COUNT_COLUMNS, ROLLBACK_COLUMNS, TOOL_MESSAGE_COLUMNS, LabSession, lab_charts, lab_run, ledger_chart,
     rollback_rate_chart, rollback_rates,
 )
-from agentlab.ladder import by_group, ladder_chart, rung_table
+from agentlab.lab.ladder import by_group, ladder_chart, rung_table
 from conftest import fetch, scalar
 
 REFUND_TOOLS = ["ApplyCredit", "CreateCreditMemo", "QueueRefund"]

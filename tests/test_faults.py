@@ -12,12 +12,12 @@ import psycopg
 import pytest
 from langchain_core.messages import AIMessage
 
-from agentlab.faults import FAMILIES, FAULTS, CrashAfterCommit, CrashAfterProviderCall, CrashMidNode, check_catalog
-from agentlab.invariants import count_by_kind
-from agentlab.lab import Lab
-from agentlab.provider import ProviderTimeout
-from agentlab.safeguards import preset
-from agentlab.tools import charge_dedupe_key
+from agentlab.lab.faults import FAMILIES, FAULTS, CrashAfterCommit, CrashAfterProviderCall, CrashMidNode, check_catalog
+from agentlab.lab.invariants import count_by_kind
+from agentlab.lab.runner import Lab
+from agentlab.core.errors import ProviderTimeout
+from agentlab.core.safeguards import preset
+from agentlab.domains.billing.tools import charge_dedupe_key
 from conftest import fetch, scalar
 
 
@@ -187,10 +187,10 @@ async def _bare_run(lab, harness, fault):
     """An EpisodeRun with its customers, for arming a fault without running the graph."""
     import random
 
-    from agentlab.lab import EpisodeRun
-    from agentlab.outbox import OutboxWorker
-    from agentlab.safeguards import preset
-    from agentlab.scenarios import create_customers, get_scenario
+    from agentlab.lab.runner import EpisodeRun
+    from agentlab.core.outbox import OutboxWorker
+    from agentlab.core.safeguards import preset
+    from agentlab.domains.billing.scenarios import create_customers, get_scenario
 
     await lab.start()
     await lab.install(fault)

@@ -10,11 +10,12 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from psycopg.pq import TransactionStatus
 
-from agentlab.graph import run_config, unanswered_tool_calls
-from agentlab.model import ScriptedChatModel
-from agentlab.node import Outcome
-from agentlab.safeguards import preset
-from agentlab.scenarios import PlannedCall
+from agentlab.core.graph import run_config
+from agentlab.core.messages import unanswered_tool_calls
+from agentlab.sim.model import ScriptedChatModel
+from agentlab.core.tools_node import Outcome
+from agentlab.core.safeguards import preset
+from agentlab.domains.billing.scenarios import PlannedCall
 from conftest import fetch, scalar
 
 BATCH = [
@@ -25,7 +26,7 @@ BATCH = [
 
 
 async def run(h, node, script, thread_id, tenant_id="globex"):
-    from agentlab.graph import build_graph
+    from agentlab.core.graph import build_graph
 
     graph = build_graph(ScriptedChatModel(script=script, seed=1), node, checkpointer=h.saver)
     state = await graph.ainvoke({"messages": [HumanMessage("go")]}, run_config(thread_id, tenant_id=tenant_id))

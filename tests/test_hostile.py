@@ -19,12 +19,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentlab import db
-from agentlab.errors import find_leaks
-from agentlab.harness import Harness
-from agentlab.node import Outcome
-from agentlab.safeguards import preset
-from agentlab.tools import TOOLS
+from agentlab.runtime import db
+from agentlab.core.errors import find_leaks
+from agentlab.runtime.harness import Harness
+from agentlab.core.tools_node import Outcome
+from agentlab.core.safeguards import preset
+from agentlab.domains.billing.tools import TOOLS
 
 EXAMPLES = int(os.environ.get("AGENTLAB_HYPOTHESIS_EXAMPLES", "2000"))
 
@@ -100,7 +100,7 @@ def junk():
 @pytest.fixture(autouse=True)
 def _quiet_events():
     """Thousands of batches: keep their events out of the log capture (they still go to the events table)."""
-    logger = logging.getLogger("agentlab.events")
+    logger = logging.getLogger("agentlab.core.events")
     level = logger.level
     logger.setLevel(logging.ERROR)
     yield

@@ -9,12 +9,12 @@ import dataclasses
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from agentlab.errors import NOT_APPLIED_TEMPLATE, BATCH_ROLLED_BACK
-from agentlab.harness import Episode
-from agentlab.invariants import KINDS, CustomerRecords, check_episode, check_state, count_by_kind
-from agentlab.safeguards import preset
-from agentlab.scenarios import get_scenario
-from agentlab.tenancy import CrossTenantEffect, with_foreign_customer
+from agentlab.core.messages import NOT_APPLIED_TEMPLATE, BATCH_ROLLED_BACK
+from agentlab.runtime.harness import Episode
+from agentlab.lab.invariants import KINDS, CustomerRecords, check_episode, check_state, count_by_kind
+from agentlab.core.safeguards import preset
+from agentlab.domains.billing.scenarios import get_scenario
+from agentlab.lab.tenancy import CrossTenantEffect, with_foreign_customer
 from conftest import fetch
 
 REFUND = get_scenario("refund").clean()  # memo RMA-1042, deduct 2500 of 5000, refund RMA-1042
@@ -151,7 +151,7 @@ def test_an_effect_on_another_tenants_customer():
 
 
 async def test_the_checker_reads_cross_tenant_effects_from_the_database(harness):
-    from agentlab.lab import Lab
+    from agentlab.lab.runner import Lab
 
     async with Lab(harness) as lab:
         run = await lab.run("other_tenant_id", "ledger", scenario="refund")  # no tenant isolation below full
@@ -168,7 +168,7 @@ def test_every_kind_has_a_test_above():
 
 async def test_the_checker_reads_a_broken_database(harness):
     """A clean full-preset episode, then the database is broken behind its back: the checker sees it."""
-    from agentlab.lab import Lab
+    from agentlab.lab.runner import Lab
 
     async with Lab(harness) as lab:
         run = await lab.run("none", "full", scenario="refund")

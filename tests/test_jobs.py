@@ -11,7 +11,7 @@ import asyncio
 import psycopg
 import pytest
 
-from agentlab.jobs import JobFailed, JobLost, JobStatus, JobStore, JobTimeout
+from agentlab.durable.jobs import JobFailed, JobLost, JobStatus, JobStore, JobTimeout
 from conftest import fetch, scalar
 
 SLOW_INVOICES = """
@@ -136,7 +136,7 @@ async def test_clients_waiting_on_a_failing_attempt_all_see_the_failure(harness)
 
 
 async def test_timeout_then_retry_story_reports_one_invoice(harness):
-    from agentlab.jobs import timeout_then_retry
+    from agentlab.durable.jobs import timeout_then_retry
 
     story = await timeout_then_retry(harness.pool, 2, "2026-10-01")
     assert story["first_call"].startswith("JobTimeout")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agentlab import db
-from agentlab.notebook import open_notebook
+from agentlab.runtime import db
+from agentlab.runtime.notebook import open_notebook
 
 
 async def test_the_last_cell_drops_the_notebooks_database(capsys):

@@ -6,11 +6,11 @@ import matplotlib
 import psycopg
 import pytest
 
-from agentlab.graph import build_graph
-from agentlab.model import ScriptedChatModel
-from agentlab.observability import episode_with_a_retry, node_summary, run_events, timeline_chart
-from agentlab.safeguards import preset
-from agentlab.scenarios import get_scenario
+from agentlab.core.graph import build_graph
+from agentlab.sim.model import ScriptedChatModel
+from agentlab.lab.observability import episode_with_a_retry, node_summary, run_events, timeline_chart
+from agentlab.core.safeguards import preset
+from agentlab.domains.billing.scenarios import get_scenario
 
 matplotlib.use("Agg")
 

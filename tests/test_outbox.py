@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from agentlab.errors import SimulatedCrash
-from agentlab.provider import IdempotencyConflict
-from agentlab.tools import CHARGE_TOPIC
+from agentlab.core.errors import SimulatedCrash
+from agentlab.core.errors import IdempotencyConflict
+from agentlab.core.outbox import CHARGE_TOPIC
 from conftest import fetch, scalar
 
 import pytest
@@ -95,7 +95,7 @@ async def test_worker_crash_after_the_provider_call_then_a_forgotten_key_still_p
 async def test_skip_locked_lets_two_workers_share_rows_without_doubles(harness):
     import asyncio
 
-    from agentlab.outbox import OutboxWorker
+    from agentlab.core.outbox import OutboxWorker
 
     for n in range(10):
         await queue(harness, f"charge:3:2027-{n + 1:02d}-01", amount_cents=100 + n)

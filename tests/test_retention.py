@@ -7,14 +7,14 @@ import datetime as dt
 import matplotlib
 from langchain_core.messages import HumanMessage
 
-from agentlab.approval import APPROVAL, ApprovalPolicy, pending_requests, resume_command
-from agentlab.graph import run_config
-from agentlab.history import thread_history
-from agentlab.model import ScriptedChatModel
-from agentlab.retention import (
+from agentlab.durable.approval import APPROVAL, ApprovalPolicy, pending_requests, resume_command
+from agentlab.core.graph import run_config
+from agentlab.durable.history import thread_history
+from agentlab.sim.model import ScriptedChatModel
+from agentlab.durable.retention import (
     RetentionPolicy, apply_retention, checkpoint_bytes, retention_chart, retention_experiment,
 )
-from agentlab.safeguards import preset
+from agentlab.core.safeguards import preset
 from conftest import fetch, scalar
 
 matplotlib.use("Agg")

@@ -10,14 +10,12 @@ import matplotlib
 import psycopg
 import pytest
 
-from agentlab.errors import SimulatedCrash
-from agentlab.refund_saga import (
-    RowLock, backward_recovery, escalation, forward_recovery, notice_model, payout_effects, payout_input,
-    payout_script, store_credit_payout,
-)
-from agentlab.saga import Backoff, SagaBusy, SagaDefinition, SagaRunner, Step, StepContext
-from agentlab.saga_frames import saga_chart, saga_log_frame
-from agentlab.scenarios import CustomerSpec, create_customers
+from agentlab.core.errors import SimulatedCrash
+from agentlab.lab.row_lock import RowLock
+from agentlab.demos.payout_saga import backward_recovery, escalation, forward_recovery, notice_model, payout_effects, payout_input, payout_script, store_credit_payout
+from agentlab.durable.saga import Backoff, SagaBusy, SagaDefinition, SagaRunner, Step, StepContext
+from agentlab.durable.saga_frames import saga_chart, saga_log_frame
+from agentlab.domains.billing.scenarios import CustomerSpec, create_customers
 from conftest import fetch, scalar
 
 matplotlib.use("Agg")

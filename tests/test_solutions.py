@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentlab.batches import tool_calls
-from agentlab.errors import find_leaks
-from agentlab.safeguards import preset
+from agentlab.lab.batches import tool_calls
+from agentlab.core.errors import find_leaks
+from agentlab.core.safeguards import preset
 from solutions import ex02_constraints, ex03_validation, ex04_errors, ex05_transactions, ex06_graph, ex07_ledger
 from solutions import (
     ex08_outbox, ex09_failure_lab, ex10_safeguards, ex11_sagas, ex12_approval, ex13_history, ex14_observability,
@@ -257,7 +257,7 @@ async def test_ex14_1_input_tokens_grow_with_the_history(harness):
 
 
 async def test_ex14_2_retries_lists_the_retried_tools_node_and_nothing_in_a_clean_run(harness):
-    from agentlab.observability import episode_with_a_retry
+    from agentlab.lab.observability import episode_with_a_retry
 
     clean = await harness.run_episode("refund", "full", thread_id="t-ex14-clean")
     retried = await episode_with_a_retry(harness, thread_id="t-ex14-retried")

@@ -15,17 +15,15 @@ import pytest
 from langchain_core.messages import AIMessage
 from psycopg_pool import AsyncConnectionPool
 
-from agentlab.errors import Category, find_leaks, translate
-from agentlab.graph import run_config
-from agentlab.node import Outcome, TransactionalToolsNode
-from agentlab.safeguards import PRESETS, Safeguards, preset
-from agentlab.scenarios import get_scenario
-from agentlab.schema import AGENT_ROLE, ENSURE_ROLE, TENANT_SETTING
-from agentlab.tenancy import (
-    FORBIDDEN_STATEMENTS, TenantRequired, agent_privileges, compare_isolation, create_foreign_customer,
-    cross_tenant_effects, try_as_agent, with_foreign_customer,
-)
-from agentlab.tools import TOOLS
+from agentlab.core.errors import Category, find_leaks, translate
+from agentlab.core.graph import run_config
+from agentlab.core.tools_node import Outcome, TransactionalToolsNode
+from agentlab.core.safeguards import PRESETS, Safeguards, preset
+from agentlab.domains.billing.scenarios import get_scenario
+from agentlab.core.schema import AGENT_ROLE, ENSURE_ROLE, TENANT_SETTING
+from agentlab.lab.tenancy import FORBIDDEN_STATEMENTS, agent_privileges, compare_isolation, create_foreign_customer, cross_tenant_effects, try_as_agent, with_foreign_customer
+from agentlab.core.isolation import TenantRequired
+from agentlab.domains.billing.tools import TOOLS
 from conftest import fetch, scalar
 
 TENANT = "acme"
@@ -325,7 +323,7 @@ async def test_a_batch_without_a_tenant_is_refused_before_any_sql(harness):
 
 
 def _model_for(sc, ids):
-    from agentlab.model import ScriptedChatModel
+    from agentlab.sim.model import ScriptedChatModel
 
     return ScriptedChatModel(script=sc.script(ids))
 
@@ -334,7 +332,7 @@ async def test_role_and_tenant_end_with_the_batch_transaction(database_url):
     pool = AsyncConnectionPool(database_url, min_size=1, max_size=1, kwargs={"autocommit": True}, open=False)
     await pool.open(wait=True)
     try:
-        node = TransactionalToolsNode(pool, preset("full"))
+        node = TransactionalToolsNode(pool, preset("full"), toolset=TOOLS)
         ok = await node.run_batch(call_for("ApplyCredit", 1), thread_id="t-local-1", tenant_id=TENANT)
         bad = await node.run_batch(calls(("ApplyCredit", {"customer_id": 1, "amount_cents": 100}),
                                          ("ApplyCredit", {"customer_id": 1, "amount_cents": 10**8})),

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from agentlab.errors import find_leaks, translate
-from agentlab.node import Outcome
-from agentlab.safeguards import preset
-from agentlab.tools import get_tool
+from agentlab.core.errors import find_leaks, translate
+from agentlab.core.tools_node import Outcome
+from agentlab.core.safeguards import preset
+from agentlab.domains.billing.tools import get_tool
 
 
 def requests(h) -> int:

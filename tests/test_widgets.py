@@ -11,8 +11,8 @@ matplotlib.use("Agg")
 
 import pytest
 
-from agentlab.failure_lab import LabSession
-from agentlab.widgets import NO_LOOP, TAB_TITLES, FailureLab
+from agentlab.lab.session import LabSession
+from agentlab.lab.widget import NO_LOOP, TAB_TITLES, FailureLab
 from conftest import fetch, scalar
 
 

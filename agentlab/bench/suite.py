@@ -1,0 +1,453 @@
+"""``python -m agentlab bench [--quick] [--json]``: what the safety costs, side by side, in one run.
+
+Figures (medians over repeats, with their spread; the names are :data:`FIGURES`):
+
+- the tools node's batch against plain psycopg sending exactly the same SQL (:mod:`agentlab.bench.batch`);
+- the full-safety episode against the same graph with no-op tools, on the Postgres checkpointer with
+  durability ``sync``, ``async`` and ``exit``, and on LangGraph's in-memory saver (:mod:`agentlab.bench.episodes`);
+- the workshop experiment (:data:`WORKSHOP_PRESETS` x :data:`WORKSHOP_FAULTS`) in episodes per second at
+  concurrency 1 and at the best of :data:`CONCURRENCY_LEVELS` (in worker processes: :mod:`agentlab.lab.parallel`),
+  and the whole chaos matrix at that level;
+- the embedded server's start: cold (initdb and start in a temporary data folder), warm (start on that
+  folder) and attach (a new process finding it running); the user's data folder is never touched;
+- checkpoint bytes per super-step, and after retention (:func:`agentlab.durable.retention.retention_experiment`);
+- peak memory of this process and of the largest child (a worker of the experiment).
+
+Every figure is measured on a fresh database of its own, committing with ``synchronous_commit = off``
+(as the chaos command's does): a commit's fsync is the disk's time, not the code's, and on a shared
+disk it varies more than anything measured here. :data:`GOALS` are the issue's targets; the report says
+which are met. Nothing here is asserted: the figures are printed.
+
+Sources: PostgreSQL docs "synchronous_commit"; Python docs "resource.getrusage".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentlab.runtime import db
+from agentlab.lab.faults import FAMILIES, FAULTS
+from agentlab.core.safeguards import PRESETS
+
+# The issue's workshop experiment: six presets x twelve faults x 50 episodes. Six presets: the rungs that
+# add a safeguard to ``naive``; twelve faults: the first fault of each of the twelve fault families.
+WORKSHOP_PRESETS = tuple(PRESETS)[1:]
+WORKSHOP_FAULTS = tuple(next(f.name for f in FAULTS.values() if f.family == fam) for fam in FAMILIES)
+WORKSHOP_EPISODES = 50
+CONCURRENCY_LEVELS = (8, 16, 32)  # 64 would need more connections than a default server (100) leaves
+
+
+@dataclass(frozen=True)
+class Mode:
+    """How much to measure. ``quick`` finishes within a minute on a 2-core machine."""
+
+    name: str
+    repeats: int
+    batches: int  # per repeat and side
+    episodes: int  # per repeat, kind and saver
+    c1_episodes: int  # per workshop cell, at concurrency 1
+    ladder_episodes: int  # per workshop cell, per concurrency level tried
+    best_episodes: int  # per workshop cell, at the best level
+    levels: tuple[int, ...]
+    matrix_episodes: int  # per chaos-matrix cell, at the best level
+    retention_turns: tuple[int, ...]
+
+
+QUICK = Mode("quick", 3, 100, 12, 1, 0, 3, (32,), 1, (1, 8))
+FULL = Mode("full", 5, 300, 40, 2, 5, WORKSHOP_EPISODES, CONCURRENCY_LEVELS, WORKSHOP_EPISODES, (1, 20, 60))
+
+FIGURES: dict[str, str] = {  # name -> unit
+    "node_batch_ms": "ms", "plain_batch_ms": "ms", "batch_round_trips": "round trips",
+    **{f"episode_{k}_{s}_per_s": "episodes/s" for s in ("sync", "async", "exit", "memory") for k in ("full", "noop")},
+    "workshop_c1_per_s": "episodes/s", "workshop_best_per_s": "episodes/s", "workshop_best_concurrency": "episodes",
+    "workshop_best_workers": "processes", "workshop_lab_cpu_ms_per_episode": "ms", "chaos_matrix_per_s": "episodes/s",
+    "server_cold_start_s": "s", "server_warm_start_s": "s", "server_attach_s": "s",
+    "checkpoint_bytes_per_super_step": "B", "checkpoint_bytes_per_super_step_after_retention": "B",
+    "peak_rss_mb": "MB", "peak_rss_child_mb": "MB",
+}
+RATIOS: dict[str, tuple[str, str]] = {  # name -> (numerator, denominator)
+    "node_vs_plain": ("node_batch_ms", "plain_batch_ms"),
+    **{f"full_vs_noop_{s}": (f"episode_full_{s}_per_s", f"episode_noop_{s}_per_s")
+       for s in ("sync", "async", "exit", "memory")},
+    "workshop_best_vs_c1": ("workshop_best_per_s", "workshop_c1_per_s"),
+}
+GOALS: dict[str, tuple[str, str, float]] = {  # name -> (figure or ratio, comparison, target)
+    "node_within_1.15x_of_plain": ("node_vs_plain", "<=", 1.15),
+    "full_at_least_85pct_of_noop": ("full_vs_noop_async", ">=", 0.85),
+    "workshop_at_least_120_per_s": ("workshop_best_per_s", ">=", 120.0),
+    "warm_start_under_2_s": ("server_warm_start_s", "<", 2.0),
+}
+
+
+@dataclass
+class Figure:
+    """One measured quantity: its values over repeats, its unit."""
+
+    name: str
+    unit: str
+    values: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    def as_dict(self) -> dict[str, Any]:
+        v = self.values
+        return {"median": _round(self.median), "min": _round(min(v)), "max": _round(max(v)),
+                "spread_pct": _round((max(v) - min(v)) / self.median * 100) if self.median else 0.0,
+                "repeats": len(v), "unit": self.unit}
+
+
+def _round(x: float) -> float:
+    return round(x, 4) if abs(x) < 10 else round(x, 1)
+
+
+class Report:
+    """The figures of one bench run, its ratios and goals, and where it ran."""
+
+    def __init__(self, mode: Mode):
+        self.mode = mode
+        self.figures: dict[str, Figure] = {}
+        self.notes: dict[str, Any] = {}
+        self.machine = machine()
+        self.started = time.perf_counter()
+
+    def add(self, name: str, values) -> None:
+        values = list(values) if isinstance(values, (list, tuple)) else [values]
+        self.figures[name] = Figure(name, FIGURES[name], [float(v) for v in values])
+
+    def ratios(self) -> dict[str, float | None]:
+        out = {}
+        for name, (num, den) in RATIOS.items():
+            a, b = self.figures.get(num), self.figures.get(den)
+            out[name] = round(a.median / b.median, 3) if a and b and b.median else None
+        return out
+
+    def goals(self) -> dict[str, dict[str, Any]]:
+        ratios, out = self.ratios(), {}
+        for name, (what, op, target) in GOALS.items():
+            value = ratios.get(what) if what in RATIOS else (self.figures[what].median if what in self.figures else None)
+            met = None if value is None else {"<=": value <= target, ">=": value >= target, "<": value < target}[op]
+            out[name] = {"value": None if value is None else _round(value), "target": f"{op} {target}", "met": met}
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode.name, "seconds": round(time.perf_counter() - self.started, 1),
+                "machine": {**self.machine, "load_avg_end": _load()},
+                "figures": {n: f.as_dict() for n, f in self.figures.items()},
+                "ratios": self.ratios(), "goals": self.goals(), "notes": self.notes}
+
+
+def _load() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):  # no load average on this system
+        return None
+
+
+def machine() -> dict[str, Any]:
+    """Where the bench runs: cores, versions, event loop, load average, which server."""
+    from importlib.metadata import version
+
+    from agentlab.lab.parallel import event_loop_name
+
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "psycopg": version("psycopg"),
+            "langgraph": version("langgraph"), "langgraph_checkpoint_postgres": version("langgraph-checkpoint-postgres"),
+            "event_loop": event_loop_name(), "server": "DATABASE_URL" if os.environ.get(db.ENV_VAR) else "embedded",
+            "load_avg_start": _load()}
+
+
+def _say(text: str) -> None:
+    print(f"bench: {text}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- the sections
+
+
+async def _fresh_harness(purpose: str):
+    from agentlab.lab.experiments import _fast_commit
+    from agentlab.runtime.harness import Harness
+
+    url = await asyncio.to_thread(db.create_database, purpose)
+    try:
+        await asyncio.to_thread(_fast_commit, url)
+        h = await Harness.open(url)
+    except BaseException:
+        await asyncio.to_thread(db.drop_database, url)
+        raise
+    h.owns_database = True  # made here for this section: dropped by ``h.close()``
+    return h
+
+
+async def bench_batch(report: Report) -> None:
+    """The node's batch against plain psycopg on the same SQL, interleaved repeats on one database."""
+    from agentlab.bench.batch import (BatchSource, create_bench_customer, node_batch, plain_batch,
+                                      traced_statements)
+    from agentlab.core.events import EventLog
+    from agentlab.core.tools_node import TransactionalToolsNode
+    from agentlab.core.safeguards import preset
+
+    m = report.mode
+    h = await _fresh_harness("bench_batch")
+    try:
+        node = TransactionalToolsNode(h.pool, preset("full"), toolset=h.toolset, events=EventLog(None))
+        source = BatchSource(await create_bench_customer(h.pool))
+        sent_node = await traced_statements(h.url, lambda pool: node_batch(
+            TransactionalToolsNode(pool, preset("full"), toolset=h.toolset, events=EventLog(None)), source.next()))
+        sent_plain = await traced_statements(h.url, lambda pool: plain_batch(pool, source.next()))
+        report.notes["same_sql"] = sent_node == sent_plain
+        report.notes["batch_statements"] = len(sent_node.statements)
+        report.add("batch_round_trips", sent_node.round_trips)
+        for _ in range(30):  # warm: pool connections, prepared statements, caches
+            await node_batch(node, source.next())
+            await plain_batch(h.pool, source.next())
+        times: dict[str, list[float]] = {"node": [], "plain": []}
+        for _ in range(m.repeats):  # batches alternate one by one, so a busy moment hits both sides
+            per: dict[str, list[float]] = {"node": [], "plain": []}
+            for i in range(m.batches):
+                for side in (("node", "plain") if i % 2 == 0 else ("plain", "node")):
+                    t0 = time.perf_counter()
+                    if side == "node":
+                        await node_batch(node, source.next())
+                    else:
+                        await plain_batch(h.pool, source.next())
+                    per[side].append((time.perf_counter() - t0) * 1000)
+            for side in per:
+                times[side].append(statistics.median(per[side]))
+        report.add("node_batch_ms", times["node"])
+        report.add("plain_batch_ms", times["plain"])
+    finally:
+        await h.close()
+
+
+async def bench_episodes(report: Report) -> None:
+    """Full-safety against no-op tools, per checkpointer and durability."""
+    from agentlab.bench.episodes import SAVERS, EpisodeBench
+
+    m = report.mode
+    h = await _fresh_harness("bench_episodes")
+    try:
+        bench = EpisodeBench(h)
+        for saver in SAVERS:  # warm every graph and pool once
+            for kind in ("full", "noop"):
+                await bench.rate(kind, saver, 3)
+        rates = await bench.rates(m.episodes, m.repeats)
+        for (kind, saver), values in rates.items():
+            report.add(f"episode_{kind}_{saver}_per_s", values)
+    finally:
+        await h.close()
+
+
+async def bench_workshop(report: Report) -> None:
+    """The workshop experiment at concurrency 1 and at the best level; the chaos matrix at that level."""
+    from agentlab.lab.experiments import run_experiment
+    from agentlab.lab.parallel import default_workers
+
+    m = report.mode
+    cells = len(WORKSHOP_PRESETS) * len(WORKSHOP_FAULTS)
+    c1 = await run_experiment(m.c1_episodes, WORKSHOP_PRESETS, WORKSHOP_FAULTS, concurrency=1, progress=False)
+    report.add("workshop_c1_per_s", c1.episodes_per_s)
+    levels = m.levels
+    tried: dict[tuple[int, int], float] = {}
+    if len(levels) > 1 and m.ladder_episodes:
+        for level in levels:
+            workers = default_workers(WORKSHOP_EPISODES * cells)
+            r = await run_experiment(m.ladder_episodes, WORKSHOP_PRESETS, WORKSHOP_FAULTS, concurrency=level,
+                                     workers=workers, progress=False)
+            tried[(level, workers)] = r.episodes_per_s
+            _say(f"  workshop at concurrency {level} ({workers} worker(s)): {r.episodes_per_s:.1f} episodes/s")
+        level, workers = max(tried, key=tried.get)
+    else:
+        level, workers = levels[0], default_workers(WORKSHOP_EPISODES * cells)
+    report.notes["workshop_levels_tried"] = {f"{c}x{w}": round(v, 1) for (c, w), v in tried.items()}
+    best = await run_experiment(m.best_episodes, WORKSHOP_PRESETS, WORKSHOP_FAULTS, concurrency=level,
+                                workers=workers, progress=None)
+    report.add("workshop_best_per_s", best.episodes_per_s)
+    report.add("workshop_best_concurrency", level)
+    report.add("workshop_best_workers", workers)
+    report.add("workshop_lab_cpu_ms_per_episode", best.cpu_s / max(best.episodes, 1) * 1000)
+    report.notes["workshop"] = {"presets": list(WORKSHOP_PRESETS), "faults": list(WORKSHOP_FAULTS),
+                                "episodes": best.episodes, "episodes_per_cell": m.best_episodes,
+                                "wall_s": round(best.wall_s, 2), "errors": int(best.rows["error"].notna().sum())}
+    matrix = await run_experiment(m.matrix_episodes, concurrency=level, progress=None,
+                                  workers=default_workers(m.matrix_episodes * len(PRESETS) * len(FAULTS)))
+    report.add("chaos_matrix_per_s", matrix.episodes_per_s)
+    report.notes["chaos_matrix"] = {"episodes": matrix.episodes, "wall_s": round(matrix.wall_s, 2),
+                                    "workers": matrix.workers}
+
+
+SERVER_START = """
+import json, sys, types
+pkg = types.ModuleType("agentlab"); pkg.__path__ = [sys.argv[1]]; sys.modules["agentlab"] = pkg  # db alone
+from agentlab.runtime import db
+if sys.argv[2] == "stop":
+    print(json.dumps({"stopped": db.stop_embedded()}))
+else:
+    info = db.start_embedded()
+    print(json.dumps({"start_s": info.start_s, "cold": info.cold}))
+"""
+
+
+def _server_step(home: Path, action: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != db.ENV_VAR}
+    env["AGENTLAB_HOME"] = str(home)
+    out = subprocess.run([sys.executable, "-c", SERVER_START, str(Path(__file__).parents[1]), action], env=env,
+                         capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def bench_server(report: Report) -> None:
+    """Cold, warm and attach times of :func:`agentlab.runtime.db.start_embedded` in a temporary data folder.
+
+    The kit's ``db`` module runs alone in a new process (without the package's other imports, which would
+    add their import time), as the kit's first use of the server does."""
+    with tempfile.TemporaryDirectory(prefix="agentlab-bench-") as tmp:
+        home = Path(tmp)
+        try:
+            cold = _server_step(home, "start")
+            _server_step(home, "stop")
+            warm = _server_step(home, "start")
+            attach = _server_step(home, "start")
+        finally:
+            _server_step(home, "stop")
+    if not cold["cold"] or warm["cold"]:
+        raise RuntimeError("the bench's temporary server did not start cold, then warm")
+    report.add("server_cold_start_s", cold["start_s"])
+    report.add("server_warm_start_s", warm["start_s"])
+    report.add("server_attach_s", attach["start_s"])
+
+
+async def bench_checkpoints(report: Report) -> None:
+    """Checkpoint row bytes per super-step before and after a retention run (threads of growing length)."""
+    from agentlab.durable.retention import retention_experiment
+
+    h = await _fresh_harness("bench_checkpoints")
+    try:
+        summary = (await retention_experiment(h, turns=report.mode.retention_turns)).summary()
+    finally:
+        await h.close()
+    report.add("checkpoint_bytes_per_super_step", summary["bytes_per_super_step_before"])
+    report.add("checkpoint_bytes_per_super_step_after_retention", summary["bytes_per_super_step_after"])
+    report.notes["retention"] = {k: summary[k] for k in ("super_steps", "row_bytes_before", "row_bytes_after")}
+
+
+def bench_memory(report: Report) -> None:
+    """Peak resident memory of this process and of its largest child (``ru_maxrss``, in kB on Linux)."""
+    try:
+        import resource
+    except ImportError:  # Windows: the current size instead of the peak, and no children
+        import psutil
+
+        report.add("peak_rss_mb", psutil.Process().memory_info().rss / 2**20)
+        report.add("peak_rss_child_mb", 0.0)
+        report.notes["memory"] = "current size, not the peak (no resource module here)"
+        return
+    scale = 2**20 if sys.platform == "darwin" else 2**10  # macOS reports bytes, Linux kB
+    report.add("peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale)
+    report.add("peak_rss_child_mb", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / scale)
+
+
+SECTIONS = ("batch", "episodes", "workshop", "server", "checkpoints")
+
+
+async def run_bench(mode: Mode = QUICK, sections: tuple[str, ...] = SECTIONS) -> Report:
+    """Measure ``sections`` (all by default) in ``mode``; return the report. Progress goes to stderr."""
+    report = Report(mode)
+    steps = {"batch": ("the tools node's batch against plain psycopg", bench_batch),
+             "episodes": ("full-safety episodes against no-op tools, per checkpointer", bench_episodes),
+             "workshop": ("the workshop experiment, at concurrency 1 and the best level", bench_workshop),
+             "server": ("the embedded server's cold, warm and attach start", bench_server),
+             "checkpoints": ("checkpoint bytes per super-step, before and after retention", bench_checkpoints)}
+    for name in sections:
+        title, fn = steps[name]
+        _say(f"{title} ...")
+        t0 = time.perf_counter()
+        result = fn(report)
+        if asyncio.iscoroutine(result):
+            await result
+        else:
+            await asyncio.sleep(0)
+        _say(f"  done in {time.perf_counter() - t0:.1f} s")
+    bench_memory(report)
+    return report
+
+
+# --------------------------------------------------------------------------- output
+
+ROWS = (  # the text table: (label, figure, ratio beside it)
+    ("tools node, one batch of 3 calls (ms)", "node_batch_ms", "node_vs_plain"),
+    ("plain psycopg, the same SQL (ms)", "plain_batch_ms", None),
+    *((f"episode/s, {s}: full safety", f"episode_full_{s}_per_s", f"full_vs_noop_{s}") for s in
+      ("sync", "async", "exit", "memory")),
+    *((f"episode/s, {s}: no-op tools", f"episode_noop_{s}_per_s", None) for s in ("sync", "async", "exit", "memory")),
+    ("workshop episodes/s, concurrency 1", "workshop_c1_per_s", None),
+    ("workshop episodes/s, best level", "workshop_best_per_s", "workshop_best_vs_c1"),
+    ("chaos matrix episodes/s, best level", "chaos_matrix_per_s", None),
+    ("embedded server cold start (s)", "server_cold_start_s", None),
+    ("embedded server warm start (s)", "server_warm_start_s", None),
+    ("embedded server attach (s)", "server_attach_s", None),
+    ("checkpoint bytes per super-step", "checkpoint_bytes_per_super_step", None),
+    ("  after retention", "checkpoint_bytes_per_super_step_after_retention", None),
+    ("peak memory, this process (MB)", "peak_rss_mb", None),
+    ("peak memory, largest child (MB)", "peak_rss_child_mb", None),
+)
+
+
+def render(report: Report) -> str:
+    """The bench as a text table: median, min-max over repeats, and the ratio beside each pair."""
+    d = report.as_dict()
+    fig, ratios = d["figures"], d["ratios"]
+    lines = [f"agentlab bench ({d['mode']}, {d['seconds']} s): {d['machine']['cpus']} cores, Python "
+             f"{d['machine']['python']}, psycopg {d['machine']['psycopg']}, langgraph {d['machine']['langgraph']}, "
+             f"checkpoint-postgres {d['machine']['langgraph_checkpoint_postgres']}, {d['machine']['event_loop']}, "
+             f"load {d['machine']['load_avg_start']}", "",
+             f"{'':44}{'median':>10}{'min':>10}{'max':>10}  ratio"]
+    for label, name, ratio in ROWS:
+        f = fig.get(name)
+        if f is None:
+            continue
+        r = f"{ratios[ratio]:.3f}" if ratio and ratios.get(ratio) is not None else ""
+        lines.append(f"{label:44}{f['median']:>10}{f['min']:>10}{f['max']:>10}  {r}")
+    if "workshop_best_concurrency" in fig:
+        lines.append(f"(best level: concurrency {int(fig['workshop_best_concurrency']['median'])} in "
+                     f"{int(fig['workshop_best_workers']['median'])} worker process(es), "
+                     f"{fig['workshop_lab_cpu_ms_per_episode']['median']} ms of the lab's CPU per episode)")
+    if "same_sql" in d["notes"]:
+        lines.append(f"(node and plain psycopg sent the same SQL: {d['notes']['same_sql']}, "
+                     f"{int(fig['batch_round_trips']['median'])} round trips per batch)")
+    lines += ["", "goals:"]
+    for name, g in d["goals"].items():
+        mark = "n/a" if g["met"] is None else ("met" if g["met"] else "MISSED")
+        lines.append(f"  {name:32} {str(g['value']):>10} (target {g['target']}): {mark}")
+    return "\n".join(lines)
+
+
+def add_arguments(parser) -> None:
+    """The ``bench`` subcommand's options."""
+    parser.add_argument("--quick", action="store_true", help="fewer repeats and episodes: within a minute")
+    parser.add_argument("--json", action="store_true", help="print one JSON object with every figure and ratio")
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, default=None, metavar="SECTION",
+                        help=f"measure these sections only ({' '.join(SECTIONS)})")
+
+
+def main(args) -> int:
+    """Run the ``bench`` subcommand; print its table (or JSON); 0 on success."""
+    import logging
+
+    from agentlab.lab.parallel import run_loop
+
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)  # the workshop's faults kill backends
+    report = run_loop(run_bench(QUICK if args.quick else FULL, tuple(args.only or SECTIONS)))
+    print(json.dumps(report.as_dict()) if args.json else render(report))
+    return 0

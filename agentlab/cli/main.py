@@ -1,0 +1,158 @@
+"""Command line: ``python -m agentlab demo | chaos | bench | db ...``.
+
+Exit codes: 0 success, 1 the run itself failed, 2 the database could not be reached or started
+(one line on stderr says what failed and how to fix it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import shutil
+import sys
+
+# only the standard library here: a Ctrl-C while the rest imports is caught by main()
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from agentlab.demos.demo import render, run_demo, to_json
+    from agentlab.demos.workflows import WORKFLOW_DEMOS
+
+    if args.scenario in WORKFLOW_DEMOS and args.preset not in (None, "full"):
+        print(f"agentlab: the {args.scenario} demo always runs under full (it shows what comes after one "
+              f"transaction); drop --preset {args.preset}", file=sys.stderr)
+        return 2
+    args.preset = args.preset or "full"
+
+    rep = asyncio.run(run_demo(args.scenario, args.preset, seed=args.seed, keep=args.keep))
+    print(to_json(rep) if args.json else render(rep))
+    return 1 if rep["error"] else 0
+
+
+def _cmd_chaos(args: argparse.Namespace) -> int:
+    from agentlab.lab.experiments import main as chaos_main
+
+    return chaos_main(args)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from agentlab.bench.suite import main as bench_main
+
+    return bench_main(args)
+
+
+def _cmd_db(args: argparse.Namespace) -> int:
+    import os
+
+    from agentlab.runtime import db
+
+    if args.action == "url":
+        print(db.server_url())
+    elif args.action == "start":
+        info = db.server()
+        where = "embedded server" if info.embedded else "DATABASE_URL"
+        how = "cold start (initdb)" if info.cold else "warm start or attach"
+        print(f"{where} ready: {db.redact(info.url)} ({how}, {info.start_s:.2f} s)")
+    elif args.action == "stop":
+        if os.environ.get(db.ENV_VAR):
+            print("DATABASE_URL is set: that server is not the kit's to stop")
+        else:
+            print("embedded server stopped" if db.stop_embedded() else "embedded server was not running")
+    elif args.action == "clean":
+        dropped = db.clean()
+        print(f"dropped {len(dropped)} leftover database(s) nobody was using" + (": " + ", ".join(dropped) if dropped else ""))
+    elif args.action == "list":
+        names = db.list_databases()
+        for name in names:
+            print(name)
+        if not names:
+            print("no agentlab databases", file=sys.stderr)  # stdout stays a plain list of names
+    elif args.action == "reset":
+        if os.environ.get(db.ENV_VAR):
+            print(f"dropped {db.reset()} agentlab database(s) on DATABASE_URL")
+        else:
+            db.stop_embedded()
+            shutil.rmtree(db.data_dir(), ignore_errors=True)
+            print(f"embedded server stopped and {db.data_dir()} removed; the next use starts a fresh one")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from agentlab.demos.workflows import WORKFLOW_DEMOS
+    from agentlab.core.safeguards import PRESETS
+    from agentlab.domains.billing.scenarios import SCENARIOS
+
+    parser = argparse.ArgumentParser(prog="python -m agentlab", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="log events to stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="run a seed story end to end on a fresh database")
+    demo.add_argument("--scenario", default="refund", choices=sorted([*SCENARIOS, *WORKFLOW_DEMOS]))
+    demo.add_argument("--preset", default=None, choices=list(PRESETS),
+                      help="safeguards preset (default full; the saga and approval demos run under full only)")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--json", action="store_true", help="print one JSON object")
+    demo.add_argument("--keep", action="store_true", help="keep the demo's database to inspect it")
+    demo.set_defaults(func=_cmd_demo)
+
+    from agentlab.lab.experiments import add_arguments
+
+    chaos = sub.add_parser("chaos", help="run the failure lab: faults x presets -> invariant violations")
+    add_arguments(chaos)
+    chaos.set_defaults(func=_cmd_chaos)
+
+    from agentlab.bench.suite import add_arguments as bench_arguments
+
+    bench = sub.add_parser("bench", help="measure what the safety costs: node vs plain psycopg, episodes, experiment")
+    bench_arguments(bench)
+    bench.set_defaults(func=_cmd_bench)
+
+    dbp = sub.add_parser("db", help="the database server: url, start, stop, list, clean, reset")
+    dbp.add_argument("action", choices=["url", "start", "stop", "list", "clean", "reset"],
+                     help="clean: drop leftover databases of interrupted runs; reset: start from scratch "
+                     "(embedded: stop it and remove its data folder; DATABASE_URL: drop every agentlab database)")
+    dbp.set_defaults(func=_cmd_db)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit code. Ctrl-C at any point (the imports included) prints one line, 130."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("agentlab: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
+    import psycopg
+    from psycopg_pool import PoolTimeout
+
+    from agentlab.runtime import db
+    from agentlab.core.errors import AgentlabError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose:  # expected outcomes (a parked saga, a discarded broken connection) are not news
+        for name in ("agentlab", "psycopg", "psycopg.pool"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        return args.func(args)
+    except db.DatabaseUnavailable as exc:
+        print(f"agentlab: {exc}", file=sys.stderr)
+        return 2
+    except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
+        reason = db._connect_reason(exc)
+        print(f"agentlab: lost the database during the run ({type(exc).__name__}: {reason}); nothing after that "
+              "point was applied. Check the server (`python -m agentlab db start`) and run again", file=sys.stderr)
+        return 2
+    except AgentlabError as exc:
+        print(f"agentlab: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,355 @@
+"""The error translator: one table from exception class / SQLSTATE to what the model is told.
+
+Exception tree of the kit's own errors::
+
+    AgentlabError                   base of every error the kit raises on purpose
+    ├── DatabaseUnavailable         (agentlab.runtime.db) no server could be reached or started
+    ├── ToolError                   a tool refused a call for a reason the model can act on
+    │   ├── NotFound                a record named by an argument does not exist (for this tenant)
+    │   └── UnknownTool             the model named a tool that does not exist
+    └── ProviderError               (agentlab.sim.provider) the payment provider refused or failed
+
+Every other exception is mapped by :data:`RULES`, most specific first, to a :class:`Translation`:
+a category, whether it is an *infrastructure* error (the graph's retry policy re-runs the node)
+or a *recoverable* one (the model is told and can fix its call), and a model-facing message built
+from constant templates. Model-facing text never holds SQL, table, column or constraint names,
+DSNs, hosts, secrets or stack traces; the full detail goes to the log and the events table.
+
+Sources: PostgreSQL Appendix A "PostgreSQL Error Codes" for the SQLSTATE classes; psycopg's
+``psycopg.errors`` for the classes that carry them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import psycopg
+
+from agentlab.core.messages import (
+    FAILED_TEMPLATE, NOT_APPLIED_TEMPLATE, EARLIER_CALL_FAILED, INFRA_UNAVAILABLE,
+)
+
+
+class AgentlabError(Exception):
+    """Base of the kit's own errors."""
+
+
+class ToolError(AgentlabError):
+    """Raised by a tool for a reason the model can act on; ``hint`` is model-facing and safe."""
+
+    category: "Category"
+
+    def __init__(self, hint: str, category: "Category | None" = None):
+        super().__init__(hint)
+        self.hint = hint
+        if category is not None:
+            self.category = category
+
+
+class Category(str, Enum):
+    """What kind of failure a tool call met; the model reacts by category."""
+
+    INVALID_ARGUMENTS = "invalid_arguments"
+    NOT_FOUND = "not_found"
+    BUSINESS_RULE = "business_rule"
+    CONFLICT = "conflict"
+    TIMEOUT = "timeout"
+    TRANSIENT = "transient"
+    NOT_APPLIED = "not_applied"
+    REJECTED = "rejected"
+    INTERNAL = "internal"
+
+
+ToolError.category = Category.INTERNAL
+
+
+class NotFound(ToolError):
+    """Raised when a record named by an argument does not exist (or is not visible to this tenant)."""
+
+    category = Category.NOT_FOUND
+
+
+class UnknownTool(ToolError):
+    """Raised when the model calls a tool name that is not in the registry."""
+
+    category = Category.INVALID_ARGUMENTS
+
+
+class ProviderError(AgentlabError):
+    """Raised by the payment provider; see :mod:`agentlab.sim.provider` for the subclasses."""
+
+
+class ProviderTimeout(ProviderError, TimeoutError):
+    """Raised when the provider's answer did not arrive in time; the payment may or may not exist."""
+
+
+class IdempotencyConflict(ProviderError):
+    """Raised when an idempotency key is reused with other parameters (Stripe: ``idempotency_error``)."""
+
+
+class ProviderUnavailable(ProviderError, ConnectionError):
+    """Raised when the provider refused the request before doing any work (HTTP 503)."""
+
+
+class DomainError(AgentlabError):
+    """Raised when a domain or a toolset is wrong (a tool that is not strict, two tools with one name, a
+    migration that edits an earlier one, an invariant that raises), before any episode runs."""
+
+
+class SimulatedCrash(BaseException):
+    """Raised by fault injection to stand for a process dying at that point.
+
+    A ``BaseException`` (like ``SystemExit``), so no ``except Exception`` in the code under test
+    catches it: transactions roll back as they would when the process dies, and the run stops.
+    """
+
+
+CHECK_HINTS = {
+    "customers_credit_nonnegative": (
+        "the customer's credit balance is too low for this amount; apply at most the available "
+        "credit (LookupCustomer shows it)."
+    ),
+    "invoices_amount_positive": "the amount must be a positive whole number of cents.",
+    "credit_memos_amount_positive": "the amount must be a positive whole number of cents.",
+    "refunds_amount_positive": "the amount must be a positive whole number of cents.",
+    "invoices_status_valid": "the status must be one of open, paid, void.",
+}
+UNIQUE_HINTS = {
+    "invoices_one_per_period": "an invoice for this customer and billing period already exists; do not create it again.",
+    "credit_memos_one_per_reference": "a credit memo with this reference already exists for this customer; do not create it again.",
+    "refunds_one_per_reference": "a refund with this reference already exists for this customer; do not send it again.",
+}
+FK_HINT = "a record named by an id does not exist; check the ids (LookupCustomer finds a customer)."
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the translation table.
+
+    ``match`` is an exception class (``isinstance``) or a SQLSTATE: five characters for one
+    condition, two for a whole class. ``infrastructure`` True means the node is retried.
+    """
+
+    match: type[BaseException] | str
+    category: Category
+    infrastructure: bool
+    reason: str
+
+    def matches(self, exc: BaseException) -> bool:
+        if isinstance(self.match, str):
+            state = getattr(exc, "sqlstate", None) or ""
+            return state.startswith(self.match) if len(self.match) == 2 else state == self.match
+        return isinstance(exc, self.match)
+
+
+RULES: tuple[Rule, ...] = (
+    # the transaction was already aborted by an earlier call: never this call's own fault (C09)
+    Rule("25P02", Category.NOT_APPLIED, False, EARLIER_CALL_FAILED),
+    # class 23: integrity constraints (the schema's last line of defence)
+    Rule("23514", Category.BUSINESS_RULE, False, "a value breaks a business rule; change the amount or the record."),
+    Rule("23505", Category.CONFLICT, False, "this record already exists; do not create it again."),
+    Rule("23503", Category.NOT_FOUND, False, FK_HINT),
+    Rule("23502", Category.INVALID_ARGUMENTS, False, "a required value is missing; send every required argument."),
+    Rule("23P01", Category.CONFLICT, False, "this record overlaps an existing one; do not create it again."),
+    Rule("23", Category.CONFLICT, False, "the change conflicts with existing records; do not send it again as is."),
+    # class 22: data exceptions (a value the database cannot take)
+    Rule("22P02", Category.INVALID_ARGUMENTS, False, "an argument has the wrong type or format (for example a number sent as quoted text)."),
+    Rule("22003", Category.INVALID_ARGUMENTS, False, "a number is out of range; send a smaller value."),
+    Rule("22007", Category.INVALID_ARGUMENTS, False, "a date is not valid; use the form YYYY-MM-DD."),
+    Rule("22008", Category.INVALID_ARGUMENTS, False, "a date is not valid; use the form YYYY-MM-DD."),
+    Rule("22001", Category.INVALID_ARGUMENTS, False, "a text value is too long; send a shorter one."),
+    Rule("22", Category.INVALID_ARGUMENTS, False, "an argument has a value that cannot be stored; check every argument."),
+    # client-side data errors: a NUL byte or a lone surrogate in a text argument never reaches the server
+    Rule(psycopg.DataError, Category.INVALID_ARGUMENTS, False, "an argument contains characters that cannot be stored; remove them."),
+    Rule(UnicodeError, Category.INVALID_ARGUMENTS, False, "an argument contains characters that cannot be stored; remove them."),
+    # timeouts: a statement that ran too long is told to the model; a busy lock is retried
+    Rule("57014", Category.TIMEOUT, False, "the operation took too long and was cancelled; nothing was applied. Try again later."),
+    Rule("55P03", Category.TRANSIENT, True, "the record is busy with another operation; nothing was applied. Try again."),
+    Rule("40001", Category.TRANSIENT, True, INFRA_UNAVAILABLE),
+    Rule("40P01", Category.TRANSIENT, True, INFRA_UNAVAILABLE),
+    Rule("40", Category.TRANSIENT, True, INFRA_UNAVAILABLE),
+    Rule("57", Category.TRANSIENT, True, INFRA_UNAVAILABLE),  # admin shutdown, crash shutdown, cannot connect now
+    Rule("08", Category.TRANSIENT, True, INFRA_UNAVAILABLE),  # connection exceptions
+    Rule("53", Category.TRANSIENT, True, INFRA_UNAVAILABLE),  # insufficient resources
+    Rule("25P03", Category.TRANSIENT, True, INFRA_UNAVAILABLE),  # idle-in-transaction timeout
+    Rule("25", Category.INTERNAL, False, "the tool failed because of an internal error; do not retry this call."),
+    Rule("55", Category.TRANSIENT, True, INFRA_UNAVAILABLE),
+    # class 28: the tool's own credentials were refused; permanent, so neither retried nor fixable by the model
+    Rule("28", Category.INTERNAL, False, "the tool cannot reach its database; this is not something you can fix. "
+         "Do not retry this call."),
+    Rule("42883", Category.INVALID_ARGUMENTS, False, "an argument has the wrong type; check every argument's type."),
+    Rule("42804", Category.INVALID_ARGUMENTS, False, "an argument has the wrong type; check every argument's type."),
+    Rule("42501", Category.NOT_FOUND, False, "no such record was found; check the ids."),  # privilege / row security
+    # client-side infrastructure: lost connections, pool exhaustion, OS-level timeouts
+    Rule(psycopg.OperationalError, Category.TRANSIENT, True, INFRA_UNAVAILABLE),
+    Rule(psycopg.InterfaceError, Category.TRANSIENT, True, INFRA_UNAVAILABLE),
+    Rule(ConnectionError, Category.TRANSIENT, True, INFRA_UNAVAILABLE),
+    Rule(TimeoutError, Category.TRANSIENT, True, INFRA_UNAVAILABLE),
+    # everything else is a bug: the model cannot fix it by changing its call
+    Rule(psycopg.Error, Category.INTERNAL, False, "the tool failed because of an internal error; do not retry this call."),
+    Rule(Exception, Category.INTERNAL, False, "the tool failed because of an internal error; do not retry this call."),
+)
+FALLBACK_RULE = RULES[-1]
+
+# SQLSTATE classes whose every psycopg error class the table claims to map to a specific rule
+# (tests/test_errors.py walks psycopg.errors and fails on any that reaches FALLBACK or psycopg.Error).
+COVERED_SQLSTATE_CLASSES = ("08", "22", "23", "25", "40", "53", "55", "57")
+
+
+@dataclass(frozen=True)
+class Translation:
+    """What one exception means. ``message`` is model-facing; ``detail`` is for the log only."""
+
+    category: Category
+    infrastructure: bool
+    message: str
+    reason: str
+    sqlstate: str | None
+    error_class: str
+    detail: str
+    rule: Rule | None = None
+
+
+def _pydantic_reason(exc: Any, allowed: tuple[str, ...]) -> str:
+    parts = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        kind = err.get("type", "")
+        ctx = err.get("ctx") or {}
+        got = type(err.get("input")).__name__ if "input" in err else None
+        got = {"str": "text", "NoneType": "null", "bool": "a boolean", "float": "a decimal number", "int": "an integer"}.get(
+            got or "", got
+        )
+        if kind == "extra_forbidden":
+            name = loc if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,40}", loc or "") else None
+            if name and find_leaks(name):  # e.g. an internal column name: do not echo it back
+                name = None
+            what = f"'{name}' is not an argument of this tool" if name else "an unknown argument was sent"
+            parts.append(f"{what} (allowed: {', '.join(allowed)})" if allowed else what)
+            continue
+        field = f"argument '{loc}'" if loc else "the arguments"
+        if kind == "missing":
+            parts.append(f"{field} is required")
+        elif kind in ("int_type", "int_parsing", "int_from_float"):
+            parts.append(f"{field} must be a whole number (a JSON integer), not {got}")
+        elif kind == "greater_than":
+            parts.append(f"{field} must be greater than {ctx.get('gt')}")
+        elif kind == "greater_than_equal":
+            parts.append(f"{field} must be at least {ctx.get('ge')}")
+        elif kind in ("less_than_equal", "less_than"):
+            parts.append(f"{field} must be at most {ctx.get('le', ctx.get('lt'))}")
+        elif kind == "string_type":
+            parts.append(f"{field} must be text, not {got}")
+        elif kind in ("string_too_long",):
+            parts.append(f"{field} is too long (at most {ctx.get('max_length')} characters)")
+        elif kind in ("string_too_short",):
+            n = ctx.get("min_length")
+            parts.append(f"{field} is too short (at least {n} character{'s' if n != 1 else ''})")
+        elif kind == "string_pattern_mismatch":
+            parts.append(f"{field} has the wrong format")
+        elif kind in ("value_error", "assertion_error"):
+            msg = str(err.get("msg", "")).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+            parts.append(f"{field}: {msg}")
+        elif kind == "model_type" or kind == "dict_type":
+            parts.append("the arguments must be a JSON object")
+        else:
+            parts.append(f"{field} is not valid")
+    return "; ".join(parts) + "."
+
+
+def translate(exc: BaseException, *, allowed_args: tuple[str, ...] = (), sanitize: bool = True) -> Translation:
+    """Map ``exc`` to a :class:`Translation`.
+
+    Args:
+        exc: what a tool call raised.
+        allowed_args: the tool's argument names, listed when the model sent an unknown one.
+        sanitize: False reproduces the naive path: the model sees ``"<Class>: <str(exc)>"`` verbatim.
+    """
+    from pydantic import ValidationError
+
+    sqlstate = getattr(exc, "sqlstate", None)
+    error_class = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    detail = _detail(exc)
+    if isinstance(exc, ValidationError):
+        reason = _pydantic_reason(exc, allowed_args)
+        rule, category, infra = None, Category.INVALID_ARGUMENTS, False
+    elif isinstance(exc, ToolError):
+        rule, category, infra, reason = None, exc.category, False, exc.hint
+    else:
+        rule = next(r for r in RULES if r.matches(exc))
+        category, infra, reason = rule.category, rule.infrastructure, rule.reason
+        constraint = getattr(getattr(exc, "diag", None), "constraint_name", None)
+        if sqlstate == "23514" and constraint in CHECK_HINTS:
+            reason = CHECK_HINTS[constraint]
+        elif sqlstate == "23505" and constraint in UNIQUE_HINTS:
+            reason = UNIQUE_HINTS[constraint]
+    if category is Category.NOT_APPLIED or infra:
+        message = NOT_APPLIED_TEMPLATE.format(reason=reason)
+    else:
+        message = FAILED_TEMPLATE.format(category=category.value, reason=reason)
+    if not sanitize and not isinstance(exc, (ValidationError, ToolError)) and category is not Category.NOT_APPLIED:
+        message = f"{type(exc).__name__}: {exc}".strip()
+    return Translation(category, infra, message, reason, sqlstate, error_class, detail, rule)
+
+
+def is_infrastructure(exc: BaseException) -> bool:
+    """True when ``exc`` is an infrastructure error the graph should retry (the RetryPolicy's ``retry_on``).
+
+    Unlike LangGraph's default ``retry_on``, constraint violations and other data errors are never
+    retried: re-running the same call cannot fix them.
+    """
+    from pydantic import ValidationError
+
+    if isinstance(exc, (ValidationError, ToolError)):
+        return False
+    return next(r for r in RULES if r.matches(exc)).infrastructure
+
+
+def _detail(exc: BaseException) -> str:
+    from agentlab.core.redact import redact
+
+    text = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"
+    diag = getattr(exc, "diag", None)
+    if diag is not None:
+        extra = {
+            k: getattr(diag, k, None)
+            for k in ("schema_name", "table_name", "column_name", "constraint_name", "context")
+        }
+        extra = {k: v for k, v in extra.items() if v}
+        if extra:
+            text += " " + " ".join(f"{k}={v}" for k, v in extra.items())
+    return redact(text)
+
+
+# --------------------------------------------------------------------------- leak detection
+
+# Internal identifiers that must never reach the model. Tool argument names (customer_id,
+# amount_cents, ...) are the tools' public API and are allowed.
+INTERNAL_IDENTIFIERS = (
+    "tool_executions", "schema_migrations", "idempotency_key", "dedupe_key", "credit_cents",
+    "outbox", "checkpoint_blobs", "checkpoint_writes", "credit_memos",
+    "customers_credit_nonnegative", "invoices_one_per_period", "credit_memos_one_per_reference",
+    "refunds_one_per_reference", "invoices_customer_fk", "credit_memos_customer_fk", "refunds_customer_fk",
+    "credit_memos_invoice_fk", "customers_tenant_id_unique", "invoices_tenant_id_unique",
+    "invoices_customer_tenant_fk", "credit_memos_customer_tenant_fk", "credit_memos_invoice_tenant_fk",
+    "refunds_customer_tenant_fk", "psycopg",
+)
+LEAK_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("dsn", re.compile(r"postgres(?:ql)?://|\b(?:password|passwd|pwd|dbname|sslmode|user)\s*=", re.I)),
+    ("secret", re.compile(r"\bpassword\b|\bsecret\b|\bsk_(?:live|test)_\w+", re.I)),
+    ("host", re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}\b|\blocalhost\b|\.s\.PGSQL|\bhost\s*=|\bport\s*=", re.I)),
+    ("sql", re.compile(r"\b(?:SELECT|INSERT|UPDATE|DELETE)\b[\s\S]{0,120}?\b(?:FROM|INTO|SET|WHERE)\b", re.I)),
+    ("sql", re.compile(r"\b(?:LINE \d+:|DETAIL:|CONTEXT:|HINT:)|\b(?:SQLSTATE|syntax for type|violates)\b", re.I)),
+    ("identifier", re.compile(r"\b(?:relation|constraint|column|table|schema)\s+\"[^\"]+\"", re.I)),
+    ("identifier", re.compile(r"(?<!\w)(?:" + "|".join(re.escape(i) for i in INTERNAL_IDENTIFIERS) + r")(?!\w)", re.I)),
+    ("identifier", re.compile(r"\b(?:public|lax|provider|pg_catalog)\.[A-Za-z_]\w*|\bpg_[a-z_]{3,}")),
+    ("stack_trace", re.compile(r"Traceback \(most recent call last\)|File \"[^\"]+\", line \d+")),
+)
+
+
+def find_leaks(text: str) -> list[str]:
+    """Kinds of leak found in a model-facing ``text`` (empty when clean): dsn, secret, host, sql, identifier, stack_trace."""
+    return sorted({kind for kind, pattern in LEAK_PATTERNS if pattern.search(text or "")})

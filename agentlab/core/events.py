@@ -1,0 +1,204 @@
+"""Structured events: one per tool call and per node execution, to ``logging`` and the events table.
+
+An event holds thread, node, tool, tool call id, outcome, category, SQLSTATE, error class, the full
+error detail (passwords redacted; never shown to the model), attempt and latency in milliseconds.
+Events go to the ``agentlab.core.events`` logger at once and to the ``events`` table in batches
+(:meth:`EventLog.flush`), outside the business transaction, so a rolled-back batch keeps its record.
+
+Every event has a ``kind``: ``node`` (one per node execution, written only by
+:func:`observe_node`, with super-step, start time and token counts),
+``call`` (one per tool call in a batch, written by the tools node) or ``note`` (anything else a node
+wants on record: an infrastructure error, orphans answered, an escalation). Count node executions
+from ``node`` events and tool calls from ``call`` events, so nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.errors import GraphBubbleUp, GraphInterrupt
+from langgraph.runtime import Runtime
+
+log = logging.getLogger("agentlab.core.events")
+
+EVENT_COLUMNS = (
+    "thread_id", "node", "tool_name", "tool_call_id", "outcome", "category", "sqlstate", "error_class",
+    "detail", "attempt", "latency_ms", "kind", "step", "started_at", "input_tokens", "output_tokens",
+)
+EVENT_KINDS = ("node", "call", "note")
+_COLUMNS = frozenset(EVENT_COLUMNS)
+INSERT_EVENT = f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({', '.join(['%s'] * len(EVENT_COLUMNS))})"
+COPY_EVENTS = f"COPY events ({', '.join(EVENT_COLUMNS)}) FROM STDIN"
+
+
+class EventLog:
+    """Buffers events and writes them to the events table.
+
+    Args:
+        pool: an ``AsyncConnectionPool`` on the kit's database, or None to log only.
+        flush_at: buffered events that trigger a write.
+    """
+
+    def __init__(self, pool=None, *, flush_at: int = 200):
+        self.pool = pool
+        self.flush_at = flush_at
+        self._buffer: list[tuple] = []
+        self.server_lost = False  # set by :meth:`abandon`: flushes drop their rows instead of waiting
+
+    def abandon(self) -> None:
+        """The server is gone: drop what is buffered (logged as a count) and every later flush, instead of
+        waiting for a connection that will not come."""
+        if self._buffer:
+            log.warning("%d events not written: the database server is gone", len(self._buffer))
+        self._buffer, self.server_lost = [], True
+
+    def record(self, node: str, outcome: str, **fields: Any) -> None:
+        """Record one event; ``fields`` are named as :data:`EVENT_COLUMNS`."""
+        unknown = fields.keys() - _COLUMNS
+        if unknown:
+            raise TypeError(f"unknown event fields: {sorted(unknown)}")
+        fields.setdefault("attempt", 1)
+        fields.setdefault("kind", "call" if fields.get("tool_call_id") else "note")
+        if fields["kind"] not in EVENT_KINDS:
+            raise ValueError(f"unknown event kind {fields['kind']!r}; one of {EVENT_KINDS}")
+        fields["node"], fields["outcome"] = node, outcome
+        row = {k: _storable(v) for k, v in fields.items()}
+        level = logging.WARNING if outcome == "infrastructure_error" else logging.INFO
+        if log.isEnabledFor(level):
+            log.log(level, "event %s", {k: v for k, v in row.items() if v is not None}, extra={"agentlab_event": row})
+        self._buffer.append(tuple(map(row.get, EVENT_COLUMNS)))
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+    async def maybe_flush(self) -> None:
+        if len(self._buffer) >= self.flush_at:
+            await self.flush()
+
+    async def flush(self) -> int:
+        """Write buffered events; return how many. Failures are logged, never raised."""
+        rows, self._buffer = self._buffer, []
+        if not rows or self.pool is None or self.server_lost:
+            return 0
+        try:
+            async with self.pool.connection() as conn:
+                async with conn.cursor() as cur, cur.copy(COPY_EVENTS) as copy:  # one COPY, not a statement per row
+                    for row in rows:
+                        await copy.write_row(row)
+        except Exception as exc:  # observability must never break the run (nor flood a failing one)
+            log.warning("could not write %d events (%s: %s)", len(rows), type(exc).__name__, exc,
+                        exc_info=log.isEnabledFor(logging.DEBUG))
+            return 0
+        return len(rows)
+
+
+def _storable(value: Any) -> Any:
+    """Text PostgreSQL can store: a model may send a NUL byte or a lone surrogate in a tool name or id,
+    and one such value must not make the whole buffered batch of events fail to insert."""
+    if isinstance(value, str):
+        if value.isascii() and "\x00" not in value:
+            return value  # the common case, without re-encoding
+        return value.replace("\x00", "\\x00").encode("utf-8", "replace").decode("utf-8")
+    return value
+
+
+# --------------------------------------------------------------------------- node executions
+
+OK = "ok"
+ERROR = "error"
+INTERRUPTED = "interrupted"
+
+def _tokens(output: Any) -> tuple[int | None, int | None]:
+    """Input and output tokens summed over the AIMessages a node returned (None when none reports them)."""
+    messages = output.get("messages", []) if isinstance(output, dict) else []
+    usages = [m.usage_metadata for m in messages if isinstance(m, AIMessage) and m.usage_metadata]
+    if not usages:
+        return None, None
+    return sum(u.get("input_tokens", 0) for u in usages), sum(u.get("output_tokens", 0) for u in usages)
+
+
+def _summary(output: Any) -> str | None:
+    """A short, id-free account of what a node returned (``"3 tool call(s)"``, ``"answer"``, ...)."""
+    if not isinstance(output, dict):
+        return type(output).__name__ if output is not None else None
+    messages = output.get("messages", [])
+    if "messages" in output and not messages:
+        return "no messages"
+    calls = sum(len(m.tool_calls) for m in messages if isinstance(m, AIMessage))
+    tool_messages = sum(isinstance(m, ToolMessage) for m in messages)
+    if calls:
+        return f"{calls} tool call(s)"
+    if any(isinstance(m, AIMessage) for m in messages):
+        return "answer"
+    if tool_messages:
+        return f"{tool_messages} tool message(s)"
+    return ", ".join(sorted(output)) or None
+
+
+def observe_node(name: str, fn: Callable, events: EventLog) -> Callable:
+    """Wrap node function ``fn`` so each execution records one ``node`` event under ``name``.
+
+    ``fn`` may take ``(state)``, ``(state, config)``, ``(state, runtime)`` or all three, sync or async;
+    the wrapper passes what it declares. Exceptions, ``GraphInterrupt`` included, pass through unchanged.
+    """
+    params = inspect.signature(fn).parameters
+    wants_config, wants_runtime = "config" in params, "runtime" in params
+
+    async def node(state: dict, config: RunnableConfig, runtime: Runtime) -> Any:
+        kwargs: dict[str, Any] = {}
+        if wants_config:
+            kwargs["config"] = config
+        if wants_runtime:
+            kwargs["runtime"] = runtime
+        info = getattr(runtime, "execution_info", None)
+        fields = {
+            "kind": "node",
+            "thread_id": str((config.get("configurable") or {}).get("thread_id", "default")),
+            "attempt": getattr(info, "node_attempt", 1) or 1,
+            "step": (config.get("metadata") or {}).get("langgraph_step"),
+            "started_at": datetime.now(timezone.utc),
+        }
+        t0 = time.perf_counter()
+        try:
+            output = fn(state, **kwargs)
+            if inspect.isawaitable(output):
+                output = await output
+        except GraphBubbleUp as exc:
+            outcome = INTERRUPTED if isinstance(exc, GraphInterrupt) else type(exc).__name__
+            events.record(name, outcome, latency_ms=_ms(t0), **fields)
+            raise
+        except BaseException as exc:
+            events.record(name, ERROR, latency_ms=_ms(t0), error_class=_qualname(exc),
+                          sqlstate=getattr(exc, "sqlstate", None), detail=_error_detail(exc), **fields)
+            raise
+        input_tokens, output_tokens = _tokens(output)
+        events.record(name, OK, latency_ms=_ms(t0), detail=_summary(output), input_tokens=input_tokens,
+                      output_tokens=output_tokens, **fields)
+        await events.maybe_flush()
+        return output
+
+    node.__name__ = name
+    node.__doc__ = fn.__doc__
+    return node
+
+
+def _ms(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000, 3)
+
+
+def _qualname(exc: BaseException) -> str:
+    return f"{type(exc).__module__}.{type(exc).__qualname__}"
+
+
+def _error_detail(exc: BaseException) -> str:
+    from agentlab.core.redact import redact
+
+    return redact(f"{_qualname(exc)}: {exc}")[:2000]

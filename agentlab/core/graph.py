@@ -1,0 +1,154 @@
+"""The agent graph: agent -> tools -> agent ..., with capped retries and escalation.
+
+- ``agent`` calls the model. Before it does, any tool call id left without a ToolMessage (a crash,
+  an older version: case C02) is answered: with the ledger's stored result when the call committed,
+  else ``NOT APPLIED``, so the model never receives an unanswered call.
+- ``tools`` is :class:`agentlab.core.tools_node.TransactionalToolsNode`, under a RetryPolicy that retries
+  infrastructure errors only (:func:`agentlab.core.errors.is_infrastructure`). LangGraph's default
+  ``retry_on`` retries every exception that is not a Python built-in error, psycopg's constraint
+  violations included; re-running a constraint violation cannot fix it, so the kit does not rely on it.
+- after ``max_rollbacks`` consecutive rolled-back batches the run goes to ``escalate``: the state is
+  marked escalated, an event is recorded, and the run ends for a person to take over.
+- an explicit ``recursion_limit`` (:data:`RECURSION_LIMIT`) caps any loop.
+- with an approval policy (:class:`agentlab.durable.approval.ApprovalPolicy`) an ``approve`` node sits between
+  ``agent`` and ``tools``: calls the policy names wait for a person (``interrupt()``); rejected calls
+  are answered there and ``tools`` runs the rest.
+- every node is wrapped by :func:`agentlab.lab.observability.observe_node`: one event per node execution.
+
+Sources: LangGraph docs "Graph API: RetryPolicy", "Persistence", "add_messages".
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.runnables import RunnableConfig
+from langchain_core.messages import AIMessage, AnyMessage, RemoveMessage, ToolMessage
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
+from langgraph.types import RetryPolicy
+
+from agentlab.core.errors import is_infrastructure
+from agentlab.core.messages import NOT_APPLIED_TEMPLATE, ORPHANED_CALL, unanswered_tool_calls
+from agentlab.core.tools_node import LEDGER_LOOKUP, TransactionalToolsNode, idempotency_key
+from agentlab.core.events import observe_node
+from agentlab.core.toolspec import result_content
+
+RECURSION_LIMIT = 60
+RETRY_ATTEMPTS = 3
+
+
+class AgentState(TypedDict, total=False):
+    """The graph's state. ``rollbacks`` counts consecutive rolled-back batches, ``rollbacks_total`` all."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
+    rollbacks: int
+    rollbacks_total: int
+    escalated: bool
+    escalation_reason: str | None
+
+
+def retry_policy(max_attempts: int = RETRY_ATTEMPTS) -> RetryPolicy:
+    """The tools node's RetryPolicy: infrastructure errors only, short capped backoff, no jitter."""
+    return RetryPolicy(initial_interval=0.05, backoff_factor=2.0, max_interval=1.0, max_attempts=max_attempts,
+                       jitter=False, retry_on=is_infrastructure)
+
+
+async def repair_orphans(messages: list[AnyMessage], pool, thread_id: str) -> list[AnyMessage] | None:
+    """Answer every unanswered tool call right after its AIMessage; None when there is none.
+
+    A call found in the ledger is answered with its stored result (it committed before the crash);
+    any other with ``NOT APPLIED`` (:data:`agentlab.core.errors.ORPHANED_CALL`).
+    """
+    orphans = unanswered_tool_calls(messages)
+    if not orphans:
+        return None
+    stored: dict[str, Any] = {}
+    if pool is not None:
+        async with pool.connection() as conn:
+            cur = await conn.execute(LEDGER_LOOKUP, ([idempotency_key(thread_id, i) for i in orphans],))
+            stored = {k: v for k, v in await cur.fetchall()}
+    repaired: list[AnyMessage] = []
+    for m in messages:
+        repaired.append(m)
+        if isinstance(m, AIMessage):
+            for tc in m.tool_calls:
+                if tc["id"] not in orphans:
+                    continue
+                key = idempotency_key(thread_id, tc["id"])
+                if key in stored:
+                    repaired.append(ToolMessage(result_content(stored[key]), tool_call_id=tc["id"], name=tc["name"],
+                                                artifact={"outcome": "replayed", "category": None}))
+                else:
+                    repaired.append(ToolMessage(NOT_APPLIED_TEMPLATE.format(reason=ORPHANED_CALL), tool_call_id=tc["id"],
+                                                name=tc["name"], status="error",
+                                                artifact={"outcome": "not_applied", "category": "not_applied"}))
+    return repaired
+
+
+def build_graph(model, node: TransactionalToolsNode, *, checkpointer=None, max_rollbacks: int | None = None,
+                retry_attempts: int = RETRY_ATTEMPTS, approval=None):
+    """Compile the agent graph.
+
+    Args:
+        model: a chat model with ``bind_tools`` (the scripted one or a real one).
+        node: the transactional tools node; its pool also serves the orphan repair's ledger look-up.
+        checkpointer: a LangGraph checkpointer (``AsyncPostgresSaver`` in the kit), or None.
+        max_rollbacks: consecutive rolled-back batches before escalation (default: the node's safeguards).
+        retry_attempts: the tools node's RetryPolicy attempts (the node answers on the last one).
+        approval: an :class:`agentlab.durable.approval.ApprovalPolicy`; adds the ``approve`` node (needs a checkpointer).
+    """
+    bound = model.bind_tools(node.toolset.schemas())
+    limit = max_rollbacks or node.safeguards.max_rollbacks
+    node.max_attempts = retry_attempts
+    events = node.events
+
+    async def agent(state: AgentState, config: RunnableConfig) -> dict:
+        thread_id = str(config.get("configurable", {}).get("thread_id", "default"))
+        messages = state["messages"]
+        repaired = await repair_orphans(messages, node.pool, thread_id)
+        if repaired is not None:
+            events.record("agent", "orphans_answered", thread_id=thread_id,
+                          detail=f"{len(unanswered_tool_calls(messages))} unanswered tool call(s) answered")
+        response = await bound.ainvoke(repaired if repaired is not None else messages)
+        if repaired is not None:
+            return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *repaired, response]}
+        return {"messages": [response]}
+
+    async def escalate(state: AgentState, config: RunnableConfig) -> dict:
+        thread_id = str(config.get("configurable", {}).get("thread_id", "default"))
+        reason = f"{state.get('rollbacks', 0)} consecutive batches were rolled back"
+        events.record("escalate", "escalated", thread_id=thread_id, detail=reason)
+        await events.flush()
+        return {"escalated": True, "escalation_reason": reason}
+
+    async def after_agent(state: AgentState) -> str:  # async: a sync router runs in a thread pool
+        last = state["messages"][-1]
+        if isinstance(last, AIMessage) and last.tool_calls:
+            return "tools" if approval is None else "approve"
+        return END
+
+    async def after_tools(state: AgentState) -> str:
+        return "escalate" if state.get("rollbacks", 0) >= limit else "agent"
+
+    graph = StateGraph(AgentState)
+    graph.add_node("agent", observe_node("agent", agent, events))
+    graph.add_node("tools", observe_node("tools", node.as_node(), events), retry_policy=retry_policy(retry_attempts))
+    graph.add_node("escalate", observe_node("escalate", escalate, events))
+    graph.add_edge(START, "agent")
+    if approval is not None:
+        graph.add_node("approve", observe_node("approve", approval.as_node(node.pool), events))
+        graph.add_conditional_edges("agent", after_agent, ["approve", END])
+        graph.add_conditional_edges("approve", approval.route, ["tools", "agent"])
+    else:
+        graph.add_conditional_edges("agent", after_agent, ["tools", END])
+    graph.add_conditional_edges("tools", after_tools, ["agent", "escalate"])
+    graph.add_edge("escalate", END)
+    return graph.compile(checkpointer=checkpointer)
+
+
+def run_config(thread_id: str, *, tenant_id: str | None = None, recursion_limit: int = RECURSION_LIMIT) -> dict:
+    """The RunnableConfig of one run: thread, tenant (never from the model) and the recursion limit."""
+    return {"configurable": {"thread_id": thread_id, "tenant_id": tenant_id}, "recursion_limit": recursion_limit}
+
+

@@ -1,0 +1,248 @@
+"""The transactional outbox, both halves: the intent recorded in the batch, and the worker that sends it.
+
+A tool never calls the provider; it inserts an ``outbox`` row in the batch's transaction
+(:func:`enqueue`, :func:`send_payment`), so the intent exists if and only if the batch committed.
+The worker then, per round, in one transaction:
+
+1. claims due rows with ``FOR UPDATE SKIP LOCKED`` (several workers never take the same row);
+2. asks the provider whether a payment with the row's dedupe key as reference already exists
+   (a provider forgets idempotency keys after its retention: this look-up is what still holds then);
+3. otherwise calls the provider with the row's dedupe key as idempotency key and the row's payload
+   as the body, identical on every retry; no key is ever minted here;
+4. marks the row ``dispatched``; on a timeout counts the attempt and backs off (capped,
+   exponential); after ``max_attempts``, or at once on "same key, other parameters" or a topic it
+   does not know, parks the row as ``dead_letter`` for a person.
+
+Topics: ``payment.charge`` and ``payment.refund`` go to the payment provider; ``notify.email`` goes
+to the notification sink (:mod:`agentlab.sim.notifier`), which has no idempotency keys at all, so the
+look-up by reference in step 2 is the only thing that keeps a message to one delivery.
+
+Sources: PostgreSQL "SELECT ... FOR UPDATE SKIP LOCKED" (SQL Commands, SELECT, The Locking Clause);
+Stripe "Idempotent requests".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agentlab.core.errors import IdempotencyConflict, ProviderError
+
+if TYPE_CHECKING:
+    from agentlab.core.toolspec import ToolContext
+
+log = logging.getLogger(__name__)
+
+CHARGE_TOPIC = "payment.charge"
+REFUND_TOPIC = "payment.refund"
+NOTIFY_TOPIC = "notify.email"
+
+INSERT_OUTBOX = """
+INSERT INTO public.outbox (topic, payload, dedupe_key, thread_id) VALUES (%s, %s, %s, %s)
+ON CONFLICT (dedupe_key) DO NOTHING
+RETURNING id
+"""
+
+CLAIM_DUE = """
+SELECT id, topic, payload, dedupe_key, attempts FROM outbox
+WHERE status = 'pending' AND available_at <= now() AND (%(thread)s::text IS NULL OR thread_id = %(thread)s)
+ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+"""
+MARK_DISPATCHED = """
+UPDATE outbox SET status = 'dispatched', dispatched_at = now(), attempts = attempts + 1,
+                  provider_ref = %s, last_error = NULL
+WHERE id = %s
+"""
+MARK_RETRY = """
+UPDATE outbox SET attempts = attempts + 1, last_error = %s,
+                  available_at = now() + make_interval(secs => %s)
+WHERE id = %s
+"""
+MARK_DEAD = "UPDATE outbox SET status = 'dead_letter', attempts = attempts + 1, last_error = %s WHERE id = %s"
+NEXT_DUE = """
+SELECT min(available_at) - now() FROM outbox
+WHERE status = 'pending' AND (%(thread)s::text IS NULL OR thread_id = %(thread)s)
+"""
+COUNT_BY_STATUS = "SELECT status, count(*) FROM outbox GROUP BY status"
+
+
+# --------------------------------------------------------------------------- the intent, in the batch
+
+
+async def enqueue(conn, topic: str, payload: dict, dedupe_key: str, thread_id: str | None) -> bool:
+    """Record an intent on ``conn`` (inside the caller's transaction). Returns False when a row with
+    this dedupe key was already queued (``ON CONFLICT DO NOTHING``): the intent is then not doubled."""
+    cur = await conn.execute(INSERT_OUTBOX, (topic, json.dumps(payload), dedupe_key, thread_id))
+    return await cur.fetchone() is not None
+
+
+async def send_payment(conn, ctx: "ToolContext", topic: str, key: str, payload: dict, result: dict) -> dict:
+    """Record the payment intent in the outbox (same transaction), or, without the outbox, call the
+    provider inline as a first draft does: mid-transaction, with no idempotency key.
+
+    ``payload`` holds ``customer_id`` and ``amount_cents``; ``result`` is the tool's result, to which
+    ``status`` (``queued``, ``already_queued`` or ``sent``) and, inline, ``payment_id`` are added.
+    Raises RuntimeError when the outbox is off and ``ctx`` carries no provider."""
+    if ctx.safeguards.outbox:
+        queued = await enqueue(conn, topic, payload, key, ctx.thread_id)
+        return {**result, "status": "queued" if queued else "already_queued"}
+    if ctx.provider is None:
+        raise RuntimeError("outbox is off and no payment provider was given to call inline")
+    if topic == CHARGE_TOPIC:
+        resp = await ctx.provider.create_charge(payload["customer_id"], payload["amount_cents"], reference=key)
+    else:
+        resp = await ctx.provider.create_refund(payload["customer_id"], payload["amount_cents"], reference=key)
+    return {**result, "status": "sent", "payment_id": resp["id"]}
+
+
+# --------------------------------------------------------------------------- the worker
+
+
+@dataclass
+class DrainStats:
+    """What a worker did: rows claimed, dispatched (found already paid counts too), retried, parked."""
+
+    claimed: int = 0
+    dispatched: int = 0
+    reconciled: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    rounds: int = 0
+
+    def add(self, other: "DrainStats") -> None:
+        for f in ("claimed", "dispatched", "reconciled", "retried", "dead_lettered", "rounds"):
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+
+
+@dataclass
+class WorkerHooks:
+    """Fault-injection points. ``after_provider_call(row_id)`` runs after the provider answered and
+    before the row is marked; raising there is a worker crash (the claim transaction rolls back)."""
+
+    after_provider_call: list[Callable[[int], Awaitable[None] | None]] = field(default_factory=list)
+
+
+class UnknownTopic(Exception):
+    """Raised when an outbox row names a topic no dispatcher handles; the row is parked."""
+
+
+class OutboxWorker:
+    """Dispatches outbox rows to the provider (payments) and the notification sink (``notify.email``).
+
+    Args:
+        pool: an ``AsyncConnectionPool`` on the kit's database (autocommit connections).
+        provider: the payment provider: ``find_by_reference(key)``, ``create_charge`` and ``create_refund``
+            (``customer_id, amount_cents, *, idempotency_key, reference``), as
+            :class:`agentlab.sim.provider.FakePaymentProvider` has.
+        notifier: the notification sink (``find_by_reference``, ``send``); without one, ``notify.email``
+            rows are parked.
+        max_attempts: attempts before a row is parked as ``dead_letter``.
+        backoff_s / backoff_cap_s: first retry delay and its cap, in seconds (doubling per attempt).
+        batch_size: rows claimed per round.
+        thread_id: dispatch only the rows this thread queued (experiments drain each episode's own
+            intents, so one episode never waits out another's back-off); None: every row.
+    """
+
+    def __init__(self, pool, provider: Any, *, max_attempts: int = 5, backoff_s: float = 0.02,
+                 backoff_cap_s: float = 2.0, batch_size: int = 20, notifier: Any = None,
+                 thread_id: str | None = None):
+        self.pool = pool
+        self.provider = provider
+        self.notifier = notifier
+        self.max_attempts = max_attempts
+        self.backoff_s = backoff_s
+        self.backoff_cap_s = backoff_cap_s
+        self.batch_size = batch_size
+        self.thread_id = thread_id
+        self.hooks = WorkerHooks()
+
+    async def run_once(self) -> DrainStats:
+        """One round: claim due rows, dispatch them, commit. Returns what happened."""
+        stats = DrainStats(rounds=1)
+        async with self.pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(CLAIM_DUE, {"thread": self.thread_id, "limit": self.batch_size})
+            for row_id, topic, payload, dedupe_key, attempts in await cur.fetchall():
+                stats.claimed += 1
+                await self._dispatch(conn, row_id, topic, payload, dedupe_key, attempts, stats)
+        return stats
+
+    async def _dispatch(self, conn, row_id, topic, payload, key, attempts, stats: DrainStats) -> None:
+        try:
+            if topic == NOTIFY_TOPIC and self.notifier is not None:
+                ref, found = await self._notify(payload, key)
+            elif topic in (CHARGE_TOPIC, REFUND_TOPIC):
+                ref, found = await self._pay(topic, payload, key)
+            else:
+                raise UnknownTopic(f"no dispatcher for outbox topic {topic!r}")
+            stats.reconciled += found
+            for hook in self.hooks.after_provider_call:
+                result = hook(row_id)
+                if result is not None:
+                    await result
+        except (IdempotencyConflict, UnknownTopic) as exc:
+            log.error("outbox row %s parked: %s", row_id, exc)
+            await conn.execute(MARK_DEAD, (f"parked for a human: {exc}", row_id))
+            stats.dead_lettered += 1
+            return
+        except (ProviderError, TimeoutError, ConnectionError) as exc:
+            if attempts + 1 >= self.max_attempts:
+                await conn.execute(MARK_DEAD, (f"gave up after {attempts + 1} attempts: {exc}", row_id))
+                stats.dead_lettered += 1
+            else:
+                delay = min(self.backoff_cap_s, self.backoff_s * 2**attempts)
+                await conn.execute(MARK_RETRY, (f"{type(exc).__name__}: {exc}", delay, row_id))
+                stats.retried += 1
+            return
+        await conn.execute(MARK_DISPATCHED, (ref, row_id))
+        stats.dispatched += 1
+
+    async def _pay(self, topic: str, payload: dict, key: str) -> tuple[str, bool]:
+        """Charge or refund once: the payment found by reference, else a new one under the row's key."""
+        existing = await self.provider.find_by_reference(key)
+        if existing:
+            found = existing[0]
+            if found["amount_cents"] != payload["amount_cents"]:
+                raise IdempotencyConflict("a payment with this reference exists with other parameters")
+            return found["id"], True
+        call = self.provider.create_charge if topic == CHARGE_TOPIC else self.provider.create_refund
+        resp = await call(payload["customer_id"], payload["amount_cents"], idempotency_key=key, reference=key)
+        return resp["id"], False
+
+    async def _notify(self, payload: dict, key: str) -> tuple[str, bool]:
+        """Send a message once: the message found by reference, else a new delivery under the row's key."""
+        existing = await self.notifier.find_by_reference(key)
+        if existing:
+            return existing[0]["id"], True
+        resp = await self.notifier.send(payload["to"], payload["subject"], payload["body"], reference=key,
+                                        corrects=payload.get("corrects"))
+        return resp["id"], False
+
+    async def drain(self, *, timeout_s: float = 30.0) -> DrainStats:
+        """Run rounds until no pending row is left (waiting out back-offs), or ``timeout_s`` passes."""
+        total = DrainStats()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while loop.time() < deadline:
+            stats = await self.run_once()
+            total.add(stats)
+            if stats.claimed:
+                continue
+            async with self.pool.connection() as conn:
+                row = await (await conn.execute(NEXT_DUE, {"thread": self.thread_id})).fetchone()
+            if row is None or row[0] is None:
+                break
+            await asyncio.sleep(min(max(row[0].total_seconds(), 0.005), max(deadline - loop.time(), 0)))
+        return total
+
+
+async def outbox_counts(pool) -> dict[str, int]:
+    """Rows per outbox status, e.g. ``{"pending": 0, "dispatched": 2, "dead_letter": 0}``."""
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(COUNT_BY_STATUS)).fetchall()
+    counts = {"pending": 0, "dispatched": 0, "dead_letter": 0}
+    counts.update({s: n for s, n in rows})
+    return counts

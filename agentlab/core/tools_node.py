@@ -1,0 +1,558 @@
+"""The transactional tools node: one transaction per batch of tool calls, a savepoint per call.
+
+Under the ``full`` preset a batch (the tool calls of one ``AIMessage``) runs like this:
+
+1. every call is validated first (unknown tool, duplicate id, argument model); under the atomic
+   policy one invalid call means no SQL is sent at all;
+2. one short transaction, opened now and committed before control returns to the model:
+   ``pg_advisory_xact_lock`` on the thread, ``statement_timeout`` / ``lock_timeout`` set locally, and
+   the least-privilege agent role and the thread's tenant (from the graph config) set locally, so
+   row-level security shows the tools only that tenant's rows (:mod:`agentlab.lab.tenancy`);
+3. one ledger look-up for the whole batch: a call whose idempotency key ``thread_id:tool_call_id``
+   is stored returns the stored result instead of running again (node retry, resume after a crash).
+   BEGIN, the prelude's ``SELECT`` and the look-up are pipelined: three statements, one round trip;
+4. per call a SAVEPOINT (psycopg's nested ``conn.transaction()``) holding the call's SQL and its
+   ledger row, so a failure is attributed to its call and leaves the transaction usable. The ledger
+   row is inserted inside the call's savepoint, not with the batch's rows at the end: a row that
+   cannot be stored (a duplicate key, a value JSONB refuses) must fail its own call only, and under
+   the partial policy a call's row must commit with exactly that call's effects;
+5. atomic policy: the first failure rolls the batch back; partial policy: keep the calls that
+   succeeded. Nothing is reported applied before COMMIT has returned;
+6. exactly one ToolMessage per tool call id, in call order: the result, ``FAILED [...]`` with a
+   sanitized reason, or ``NOT APPLIED: ...``.
+
+Infrastructure errors (lost connection, killed backend, busy lock: see
+:func:`agentlab.core.errors.is_infrastructure`) are raised so that the graph's RetryPolicy re-runs the
+node; on the last attempt the node answers instead, and a connection lost during COMMIT is resolved
+by reading the ledger on a fresh connection, never by a blind retry.
+
+Weaker presets switch layers off (:mod:`agentlab.core.safeguards`). Without a transaction each
+statement autocommits. Without savepoints the node behaves as a first transactional draft does: it
+reports each call as it returns and commits at the end; after a failure PostgreSQL turns that
+COMMIT into a ROLLBACK (the "aborted transaction" trap, case C09), so calls reported as applied are
+lost. The events table records that as ``commit_rolled_back``.
+
+Sources: PostgreSQL docs "SAVEPOINT", "Advisory Locks", "statement_timeout"; psycopg docs
+"Transactions management" (nested transaction blocks); LangGraph "RetryPolicy".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
+
+from agentlab.core.errors import Category, ToolError, Translation, translate
+from agentlab.core.messages import BATCH_ROLLED_BACK, COMMIT_FAILED, DUPLICATE_CALL_ID, FAILED_PREFIX, FAILED_TEMPLATE, INVALID_CALL_ID, LEDGER_ARGS_MISMATCH, NOT_APPLIED_TEMPLATE
+from agentlab.core.events import EventLog
+from agentlab.core.safeguards import Policy, Safeguards
+from agentlab.core.schema import STRICT_SCHEMA
+from agentlab.core.isolation import isolation_prelude, require_tenant
+from agentlab.core.toolspec import ToolContext, ToolSpec, Toolset, result_content
+
+log = logging.getLogger(__name__)
+
+LEDGER_LOOKUP = "SELECT idempotency_key, result FROM tool_executions WHERE idempotency_key = ANY(%s)"
+LEDGER_LOOKUP_WITH_ARGS = (
+    "SELECT idempotency_key, args, result FROM tool_executions WHERE idempotency_key = ANY(%s)"
+)
+LEDGER_INSERT = """
+INSERT INTO tool_executions (idempotency_key, thread_id, tool_call_id, tool_name, args, result, attempt)
+VALUES (%s, %s, %s, %s, %s, %s, %s)
+"""
+BEGIN, COMMIT, ROLLBACK = "BEGIN", "COMMIT", "ROLLBACK"
+SET_SEARCH_PATH = "SELECT set_config('search_path', %s, false)"
+RESET_SEARCH_PATH = "RESET search_path"
+
+
+class Outcome(str, Enum):
+    """What happened to one tool call."""
+
+    APPLIED = "applied"  # ran and is committed
+    REPLAYED = "replayed"  # was applied earlier; the stored result was returned
+    FAILED = "failed"  # refused or failed; the model is told why
+    NOT_APPLIED = "not_applied"  # rolled back or never ran because of another call or the infrastructure
+
+
+def idempotency_key(thread_id: str, tool_call_id: str) -> str:
+    """The ledger key of a tool call: ``thread_id:tool_call_id``."""
+    return f"{thread_id}:{tool_call_id}"
+
+
+@dataclass
+class CallResult:
+    """The outcome of one tool call and the ToolMessage content it produces."""
+
+    index: int
+    call_id: str
+    tool: str
+    outcome: Outcome
+    content: str
+    category: str | None = None
+    result: dict | None = None
+    translation: Translation | None = None
+    latency_ms: float = 0.0
+
+    def message(self) -> ToolMessage:
+        ok = self.outcome in (Outcome.APPLIED, Outcome.REPLAYED)
+        return ToolMessage(
+            content=self.content, tool_call_id=self.call_id, name=self.tool, status="success" if ok else "error",
+            artifact={"outcome": self.outcome.value, "category": self.category},
+        )
+
+
+@dataclass
+class BatchResult:
+    """The outcome of one batch: one :class:`CallResult` per distinct tool call id, in call order."""
+
+    results: list[CallResult]
+    rolled_back: bool
+    attempt: int = 1
+
+    @property
+    def messages(self) -> list[ToolMessage]:
+        return [r.message() for r in self.results]
+
+    def count(self, outcome: Outcome) -> int:
+        return sum(r.outcome is outcome for r in self.results)
+
+
+Hook = Callable[..., Awaitable[None] | None]
+
+
+@dataclass
+class NodeHooks:
+    """Fault-injection points (used by :mod:`agentlab.lab.faults` and the tests).
+
+    ``before_call(call, index)`` and ``after_call(call, index)`` run around each tool call inside the
+    transaction; ``after_commit(calls)`` runs after COMMIT returned and before the node returns.
+    """
+
+    before_call: list[Hook] = field(default_factory=list)
+    after_call: list[Hook] = field(default_factory=list)
+    after_commit: list[Hook] = field(default_factory=list)
+
+
+async def _run_hooks(hooks: list[Hook], *args: Any) -> None:
+    for hook in list(hooks):
+        result = hook(*args)
+        if result is not None:
+            await result
+
+
+def _not_applied(index: int, call_id: str, tool: str, reason: str) -> CallResult:
+    return CallResult(index, call_id, tool, Outcome.NOT_APPLIED, NOT_APPLIED_TEMPLATE.format(reason=reason),
+                      Category.NOT_APPLIED.value)
+
+
+def _commit_failed(c: "_Call", tr: Translation) -> CallResult:
+    """A call of a batch whose COMMIT failed: nothing of it is applied, whatever it returned before."""
+    reason = COMMIT_FAILED.format(reason=tr.reason.rstrip("."))
+    content = FAILED_TEMPLATE.format(category=tr.category.value, reason=reason) if tr.message.startswith(
+        FAILED_PREFIX) else tr.message
+    return CallResult(c.index, c.call_id, c.name, Outcome.FAILED, content, tr.category.value, translation=tr)
+
+
+def _failed(index: int, call_id: str, tool: str, tr: Translation) -> CallResult:
+    outcome = Outcome.NOT_APPLIED if tr.category is Category.NOT_APPLIED else Outcome.FAILED
+    return CallResult(index, call_id, tool, outcome, tr.message, tr.category.value, translation=tr)
+
+
+@dataclass
+class _Call:
+    index: int
+    call_id: str
+    name: str
+    raw_args: Any
+    spec: ToolSpec | None = None
+    args: Mapping[str, Any] | None = None
+
+
+class TransactionalToolsNode:
+    """Runs batches of tool calls against PostgreSQL under a :class:`Safeguards` value.
+
+    Args:
+        pool: ``psycopg_pool.AsyncConnectionPool`` on the kit's database, autocommit connections.
+        safeguards: which layers are on.
+        toolset: the domain's tools (:class:`agentlab.core.toolspec.Toolset`, e.g. ``domain.toolset``).
+        provider: the payment provider, called inline only when ``safeguards.outbox`` is off.
+        events: where events go (a log-only :class:`EventLog` when None).
+        max_attempts: the graph's RetryPolicy attempts; on the last one the node answers instead of raising.
+    """
+
+    def __init__(self, pool, safeguards: Safeguards, *, toolset: Toolset, provider=None,
+                 events: EventLog | None = None, max_attempts: int = 3):
+        self.pool = pool
+        self.safeguards = safeguards
+        self.toolset = toolset
+        self.provider = provider
+        self.events = events or EventLog(None)
+        self.max_attempts = max_attempts
+        self.hooks = NodeHooks()
+
+    # ------------------------------------------------------------------ preparation
+
+    def _prepare(self, tool_calls: Sequence[Mapping[str, Any]]) -> tuple[list[_Call], dict[int, CallResult]]:
+        """Resolve tools, reject duplicate ids and (with validation on) invalid arguments; no SQL."""
+        sg = self.safeguards
+        calls: list[_Call] = []
+        failed: dict[int, CallResult] = {}
+        ids = [str(c.get("id") or "") for c in tool_calls]
+        seen: set[str] = set()
+        for i, c in enumerate(tool_calls):
+            call_id = ids[i]
+            if call_id in seen:
+                continue  # one ToolMessage per id: the first occurrence answers for all
+            seen.add(call_id)
+            call = _Call(len(calls), call_id, str(c.get("name")), c.get("args"))
+            calls.append(call)
+            try:
+                if ids.count(call_id) > 1 or not call_id:
+                    raise _Duplicate()
+                if not _storable(call_id):  # the ledger key holds the id: a NUL or lone surrogate cannot be stored
+                    raise _Duplicate(INVALID_CALL_ID)
+                call.spec = self.toolset.get_tool(c.get("name"))
+                if sg.validation:
+                    call.args = call.spec.validate(call.raw_args)
+                else:
+                    call.args = call.raw_args if isinstance(call.raw_args, Mapping) else {}
+            except _Duplicate as exc:
+                failed[call.index] = CallResult(
+                    call.index, call_id, call.name, Outcome.FAILED,
+                    FAILED_TEMPLATE.format(category=Category.INVALID_ARGUMENTS.value,
+                                           reason=exc.args[0] if exc.args else DUPLICATE_CALL_ID),
+                    Category.INVALID_ARGUMENTS.value,
+                )
+            except Exception as exc:
+                allowed = call.spec.arg_names if call.spec else ()
+                failed[call.index] = _failed(call.index, call_id, call.name,
+                                             translate(exc, allowed_args=allowed, sanitize=sg.sanitize))
+        return calls, failed
+
+    def _prelude(self, thread_id: str, tenant_id: str | None) -> tuple[str, list[Any]] | None:
+        """One SELECT that sets the batch's local settings and takes the thread's advisory lock; under
+        isolation it first switches to the agent role and the thread's tenant (:mod:`agentlab.lab.tenancy`)."""
+        sg, parts, params = self.safeguards, [], []
+        if sg.isolation:
+            parts, params = isolation_prelude(tenant_id)
+        if sg.schema != STRICT_SCHEMA:
+            parts.append("set_config('search_path', %s, true)")
+            params.append(f"{sg.schema}, public")
+        if sg.timeouts:
+            parts += ["set_config('statement_timeout', %s, true)", "set_config('lock_timeout', %s, true)"]
+            params += [f"{sg.statement_timeout_ms}ms", f"{sg.lock_timeout_ms}ms"]
+        if sg.lock:
+            parts.append("pg_advisory_xact_lock(hashtextextended(%s, 0))")
+            params.append(thread_id)
+        if not parts:
+            return None
+        return "SELECT " + ", ".join(parts), params
+
+    # ------------------------------------------------------------------ execution
+
+    async def run_batch(self, tool_calls: Sequence[Mapping[str, Any]], *, thread_id: str,
+                        tenant_id: str | None = None, attempt: int = 1, final_attempt: bool = False) -> BatchResult:
+        """Run one batch and return one result per distinct tool call id, in call order.
+
+        Raises:
+            Exception: an infrastructure error (see :func:`agentlab.core.errors.is_infrastructure`) unless
+                ``final_attempt``; the batch is then rolled back and the graph retries the node.
+            agentlab.lab.tenancy.TenantRequired: isolation is on and ``tenant_id`` is missing (before any SQL).
+        """
+        sg = self.safeguards
+        if sg.isolation:
+            require_tenant(tenant_id)
+        calls, results = self._prepare(tool_calls)
+        runnable = [c for c in calls if c.index not in results]
+        rolled_back = False
+        if results and sg.policy is Policy.ATOMIC:
+            runnable, rolled_back = [], True  # one bad call: no SQL at all
+        ran_ok: set[int] = set()
+        if runnable:
+            try:
+                if sg.transaction:
+                    rolled_back = await self._run_transaction(runnable, results, ran_ok, thread_id, tenant_id, attempt)
+                else:
+                    await self._run_autocommit(runnable, results, ran_ok, thread_id, tenant_id, attempt)
+                if ran_ok and not rolled_back:
+                    await _run_hooks(self.hooks.after_commit, list(tool_calls))
+            except Exception as exc:
+                tr = translate(exc, sanitize=sg.sanitize)
+                if not tr.infrastructure:
+                    raise
+                self.events.record("tools", "infrastructure_error", thread_id=thread_id, sqlstate=tr.sqlstate,
+                                   error_class=tr.error_class, detail=tr.detail, attempt=attempt)
+                if not final_attempt:
+                    raise
+                await self._resolve_after_loss(runnable, results, thread_id, tr, exc)
+                rolled_back = not any(r.outcome is Outcome.REPLAYED for r in results.values())
+        for c in calls:  # calls that never ran (batch rejected before SQL or stopped early)
+            if c.index not in results:
+                results[c.index] = _not_applied(c.index, c.call_id, c.name, BATCH_ROLLED_BACK)
+        if not rolled_back and sg.policy is Policy.PARTIAL:
+            rolled_back = bool(results) and not any(
+                r.outcome in (Outcome.APPLIED, Outcome.REPLAYED) for r in results.values()
+            ) and any(r.outcome is Outcome.FAILED for r in results.values())
+        ordered = [results[c.index] for c in calls]
+        for r in ordered:
+            tr = r.translation
+            self.events.record(
+                "tools", r.outcome.value, kind="call", thread_id=thread_id, tool_name=r.tool, tool_call_id=r.call_id,
+                category=r.category, sqlstate=tr.sqlstate if tr else None, error_class=tr.error_class if tr else None,
+                detail=tr.detail if tr else None, attempt=attempt, latency_ms=round(r.latency_ms, 3),
+            )
+        await self.events.maybe_flush()
+        return BatchResult(ordered, rolled_back, attempt)
+
+    async def _open(self, conn, runnable: list[_Call], thread_id: str, tenant_id: str | None) -> dict[str, tuple]:
+        """BEGIN, the prelude (settings, role, tenant, advisory lock) and the ledger look-up for the whole
+        batch, pipelined: three statements, one round trip. Returns ``{key: (args, result)}`` of stored calls.
+
+        They stay three statements: in READ COMMITTED each takes its own snapshot when it starts, so the
+        look-up sees every batch that committed while this one waited for the thread's lock (in the same
+        statement as the lock it would not)."""
+        sg = self.safeguards
+        prelude = self._prelude(thread_id, tenant_id)
+        cur = None
+        async with conn.pipeline():
+            await conn.execute(BEGIN)
+            if prelude is not None:
+                await conn.execute(*prelude)
+            if sg.ledger:
+                cur = await conn.execute(LEDGER_LOOKUP_WITH_ARGS,
+                                         ([idempotency_key(thread_id, c.call_id) for c in runnable],))
+        return {k: (a, r) for k, a, r in await cur.fetchall()} if cur is not None else {}
+
+    async def _run_transaction(self, runnable: list[_Call], results: dict[int, CallResult], ran_ok: set[int],
+                               thread_id: str, tenant_id: str | None, attempt: int) -> bool:
+        """Run ``runnable`` in one transaction. Returns True when the batch was rolled back.
+
+        The transaction is opened by :meth:`_open` and ended here with COMMIT or ROLLBACK; each call's
+        savepoint is psycopg's nested ``conn.transaction()`` inside it."""
+        sg = self.safeguards
+        stop = False
+        aborted = False
+        commit_failed: Translation | None = None
+        pending: dict[int, CallResult] = {}
+        async with self.pool.connection() as conn:
+            try:
+                stored = await self._open(conn, runnable, thread_id, tenant_id)
+                for c in runnable:
+                    key = idempotency_key(thread_id, c.call_id)
+                    if key in stored:
+                        stored_args, stored_result = stored[key]
+                        if stored_args != _as_json(c.args):
+                            # the same id with other arguments (an edited fork): the earlier call stands
+                            tr = translate(ToolError(LEDGER_ARGS_MISMATCH, Category.CONFLICT))
+                            results[c.index] = _failed(c.index, c.call_id, c.name, tr)
+                            if sg.policy is Policy.ATOMIC:
+                                stop = True
+                                break
+                            continue
+                        results[c.index] = CallResult(c.index, c.call_id, c.name, Outcome.REPLAYED,
+                                                      result_content(stored_result), result=stored_result)
+                        continue
+                    if self.hooks.before_call:
+                        await _run_hooks(self.hooks.before_call, c, c.index)
+                    t0 = time.perf_counter()
+                    ctx = ToolContext(thread_id, c.call_id, sg, self.provider, tenant_id)
+                    try:
+                        if sg.savepoints:
+                            async with conn.transaction():
+                                result, content = await self._apply(conn, c, ctx, thread_id, attempt)
+                        else:
+                            result, content = await self._apply(conn, c, ctx, thread_id, attempt)
+                    except Exception as exc:
+                        tr = translate(exc, allowed_args=c.spec.arg_names, sanitize=sg.sanitize)
+                        if tr.infrastructure:
+                            raise
+                        results[c.index] = _failed(c.index, c.call_id, c.name, tr)
+                        results[c.index].latency_ms = (time.perf_counter() - t0) * 1000
+                        if not sg.savepoints:
+                            aborted = True  # the transaction is aborted; later calls meet 25P02
+                            continue
+                        if sg.policy is Policy.ATOMIC:
+                            stop = True
+                            break
+                        continue
+                    done = CallResult(c.index, c.call_id, c.name, Outcome.APPLIED, content,
+                                      result=result, latency_ms=(time.perf_counter() - t0) * 1000)
+                    if sg.savepoints:
+                        pending[c.index] = done  # reported only after COMMIT returns
+                    else:
+                        results[c.index] = done  # a first draft reports as it goes: the C09 trap
+                    ran_ok.add(c.index)
+                    if self.hooks.after_call:
+                        await _run_hooks(self.hooks.after_call, c, c.index)
+                in_error = conn.info.transaction_status is TransactionStatus.INERROR
+                # COMMIT of an aborted transaction is turned into ROLLBACK by the server
+                try:
+                    await conn.execute(ROLLBACK if stop else COMMIT)
+                except psycopg.Error as exc:  # e.g. a deferred constraint checked at COMMIT (case C12)
+                    commit_failed = translate(exc, sanitize=sg.sanitize)
+                    if commit_failed.infrastructure:
+                        raise
+            except BaseException:
+                await _rollback_quietly(conn)
+                raise
+        if commit_failed is not None:  # the server rolled the whole batch back: no call of it is applied
+            ran_ok.clear()
+            self.events.record("tools", "commit_failed", thread_id=thread_id, attempt=attempt,
+                               sqlstate=commit_failed.sqlstate, error_class=commit_failed.error_class,
+                               detail=commit_failed.detail)
+            for c in runnable:
+                r = results.get(c.index) or pending.get(c.index)
+                if r is None or r.outcome is Outcome.APPLIED:
+                    results[c.index] = _commit_failed(c, commit_failed)
+            return True
+        if aborted and in_error:
+            self.events.record("tools", "commit_rolled_back", thread_id=thread_id, attempt=attempt,
+                               detail="COMMIT of an aborted transaction was turned into ROLLBACK")
+        if stop:
+            ran_ok.clear()
+            for i, r in pending.items():
+                results[i] = _not_applied(i, r.call_id, r.tool, BATCH_ROLLED_BACK)
+            return True
+        results.update(pending)
+        # without savepoints a failure the database never saw (a refused call, a tool's own error) leaves
+        # the transaction usable and COMMIT keeps the other calls: the batch was not rolled back
+        return aborted and in_error
+
+    async def _apply(self, conn, c: _Call, ctx: ToolContext, thread_id: str, attempt: int) -> tuple[dict, str]:
+        """Run one call's handler and (with the ledger on) insert its ledger row; its result and the result's
+        JSON text (the ToolMessage content, also the ledger's stored result)."""
+        result = await c.spec.handler(conn, c.args, ctx)
+        content = result_content(result)
+        if self.safeguards.ledger:
+            await conn.execute(LEDGER_INSERT, (
+                idempotency_key(thread_id, c.call_id), thread_id, c.call_id, c.name,
+                json.dumps(c.args, default=str), content, attempt,
+            ))
+        return result, content
+
+    async def _run_autocommit(self, runnable: list[_Call], results: dict[int, CallResult], ran_ok: set[int],
+                              thread_id: str, tenant_id: str | None, attempt: int) -> None:
+        """No transaction: every statement commits on its own, as in a first draft."""
+        sg = self.safeguards
+        async with self.pool.connection() as conn:
+            if sg.schema != STRICT_SCHEMA:
+                await conn.execute(SET_SEARCH_PATH, (f"{sg.schema}, public",))
+            try:
+                for c in runnable:
+                    if self.hooks.before_call:
+                        await _run_hooks(self.hooks.before_call, c, c.index)
+                    t0 = time.perf_counter()
+                    ctx = ToolContext(thread_id, c.call_id, sg, self.provider, tenant_id)
+                    try:
+                        result = await c.spec.handler(conn, c.args, ctx)
+                    except Exception as exc:
+                        tr = translate(exc, allowed_args=c.spec.arg_names, sanitize=sg.sanitize)
+                        if tr.infrastructure:
+                            raise
+                        results[c.index] = _failed(c.index, c.call_id, c.name, tr)
+                        continue
+                    finally:
+                        latency = (time.perf_counter() - t0) * 1000
+                    results[c.index] = CallResult(c.index, c.call_id, c.name, Outcome.APPLIED,
+                                                  result_content(result), result=result, latency_ms=latency)
+                    ran_ok.add(c.index)
+                    if self.hooks.after_call:
+                        await _run_hooks(self.hooks.after_call, c, c.index)
+            finally:
+                if sg.schema != STRICT_SCHEMA and not conn.closed:
+                    try:
+                        await conn.execute(RESET_SEARCH_PATH)
+                    except psycopg.Error:
+                        pass  # a broken connection is discarded by the pool
+
+    async def _resolve_after_loss(self, runnable: list[_Call], results: dict[int, CallResult], thread_id: str,
+                                  tr: Translation, exc: BaseException) -> None:
+        """Last attempt after an infrastructure error: the ledger, read on a fresh connection, says
+        which calls committed (a connection lost during COMMIT); everything else is NOT APPLIED."""
+        stored: dict[str, Any] = {}
+        if self.safeguards.ledger:
+            keys = [idempotency_key(thread_id, c.call_id) for c in runnable]
+            try:
+                async with self.pool.connection() as conn:
+                    cur = await conn.execute(LEDGER_LOOKUP, (keys,))
+                    stored = {k: v for k, v in await cur.fetchall()}
+            except Exception:
+                raise exc  # cannot tell what committed: fail the run; a resume will read the ledger
+        for c in runnable:
+            key = idempotency_key(thread_id, c.call_id)
+            if key in stored:
+                results[c.index] = CallResult(c.index, c.call_id, c.name, Outcome.REPLAYED,
+                                              result_content(stored[key]), result=stored[key])
+            else:
+                results[c.index] = _not_applied(c.index, c.call_id, c.name, tr.reason)
+                results[c.index].translation = tr
+
+    # ------------------------------------------------------------------ LangGraph node
+
+    def as_node(self) -> Callable:
+        """The LangGraph node function: reads the last AIMessage's tool calls, writes ToolMessages and
+        the rollback counters. The thread id (and tenant) come from ``config["configurable"]``.
+
+        Calls already answered by a ToolMessage after that AIMessage (a reviewer's rejection, see
+        :mod:`agentlab.durable.approval`) are skipped: each tool call id gets exactly one ToolMessage."""
+
+        async def tools(state: dict, config: RunnableConfig, runtime: Runtime) -> dict:
+            messages = state["messages"]
+            at = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AIMessage)), None)
+            tool_calls = messages[at].tool_calls if at is not None else []
+            if at is not None and at < len(messages) - 1:  # some calls were answered already (rejected)
+                answered = {m.tool_call_id for m in messages[at + 1:] if isinstance(m, ToolMessage)}
+                tool_calls = [tc for tc in tool_calls if tc.get("id") not in answered]
+            conf = config.get("configurable", {})
+            info = getattr(runtime, "execution_info", None)
+            attempt = getattr(info, "node_attempt", 1) or 1
+            batch = await self.run_batch(
+                tool_calls, thread_id=str(conf.get("thread_id", "default")),
+                tenant_id=conf.get("tenant_id"), attempt=attempt, final_attempt=attempt >= self.max_attempts,
+            )
+            return {
+                "messages": batch.messages,
+                "rollbacks": (state.get("rollbacks", 0) + 1) if batch.rolled_back else 0,
+                "rollbacks_total": state.get("rollbacks_total", 0) + int(batch.rolled_back),
+            }
+
+        return tools
+
+
+async def _rollback_quietly(conn) -> None:
+    """End the batch's transaction after an exception (the exception is what the caller sees): ROLLBACK
+    when the connection is still in a transaction; a broken connection is discarded by the pool."""
+    if conn.closed or conn.info.transaction_status not in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+        return
+    try:
+        await conn.execute(ROLLBACK)
+    except psycopg.Error as exc:
+        log.warning("ROLLBACK after a failed batch failed too: %s", exc)
+
+
+def _as_json(value: Any) -> Any:
+    """``value`` as the ledger's JSONB gives it back (dates as ISO text), for comparing arguments."""
+    return json.loads(json.dumps(value, default=str))
+
+
+class _Duplicate(Exception):
+    pass
+
+
+def _storable(text: str) -> bool:
+    """Whether PostgreSQL can store ``text`` (no NUL byte, valid UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text

@@ -1,0 +1,1 @@
+"""Stories on a Harness for the notebooks and ``python -m agentlab demo``."""

@@ -1,0 +1,54 @@
+"""``python -m agentlab demo``: the seed's stories, end to end, told step by step.
+
+``refund`` (default): in one step the model sends CreateCreditMemo, ApplyCredit and QueueRefund, the
+third with the customer id as text with a stray quote. Under ``full`` the batch is refused before any
+SQL (one FAILED naming the field, two NOT APPLIED), the model corrects and resends, the batch
+commits, the outbox worker refunds once. Under ``naive`` the first two commit, the third fails with
+a raw error, the model resends all three: two credit memos and a double deduction.
+
+``invoice``: CreateInvoice, ApplyCredit over the balance (breaks the CHECK), QueueCharge; the batch is
+rolled back, the model applies the available credit instead, the batch commits, one charge.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from agentlab.core.safeguards import preset
+from agentlab.demos.report import episode_report, render_episode, to_json
+from agentlab.domains.billing.scenarios import get_scenario
+from agentlab.runtime.harness import Harness
+
+__all__ = ["episode_report", "render", "render_episode", "run_demo", "to_json"]
+
+
+async def run_demo(scenario: str = "refund", preset_name: str = "full", *, seed: int = 0,
+                   keep: bool = False) -> dict[str, Any]:
+    """Run one demo episode in a fresh database; return the report (see :func:`report`).
+    ``saga`` and ``approval`` run :mod:`agentlab.demos.workflows` instead."""
+    if scenario in ("saga", "approval"):
+        from agentlab.demos.workflows import run_workflow_demo
+
+        return await run_workflow_demo(scenario, preset_name, seed=seed, keep=keep)
+    sc = get_scenario(scenario)
+    sg = preset(preset_name)
+    t0 = time.perf_counter()
+    h = await Harness.open(purpose="demo", keep=keep)
+    try:
+        ep = await h.run_episode(sc, sg, seed=seed)
+        rep = await episode_report(h, ep)
+    finally:
+        await h.close()
+    rep["wall_s"] = round(time.perf_counter() - t0, 3)
+    rep["database"] = h.url if keep else None
+    return rep
+
+
+def render(rep: dict, *, timing: bool = True) -> str:
+    """The human-readable account of a demo report (``timing=False`` leaves out the wall time)."""
+    if "runs" in rep or "approval" in rep:  # the saga and approval demos (agentlab.demos.workflows)
+        from agentlab.demos.workflows import render_workflow
+
+        return render_workflow(rep)
+    return render_episode(rep, timing=timing)

@@ -1,0 +1,100 @@
+"""A demo episode's report: counts read from the database and the provider, and its rendering as text."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from langchain_core.messages import AIMessage
+
+from agentlab.core.messages import steps
+from agentlab.core.outbox import outbox_counts
+from agentlab.core.safeguards import PRESET_NOTES
+from agentlab.domains.billing.scenarios import get_scenario
+from agentlab.runtime.harness import Harness
+
+
+async def episode_report(h: Harness, ep) -> dict[str, Any]:
+    """The report of an episode already run on ``h`` (what the demo prints), read from the database."""
+    sc = get_scenario(ep.scenario)
+    state = await h.end_state(ep, [c.credit_cents for c in sc.customers])
+    outbox = await outbox_counts(h.pool)
+    return report(ep, state, outbox, wall_s=ep.wall_ms / 1000)
+
+
+def report(ep, state: dict, outbox: dict, *, wall_s: float, database: str | None = None) -> dict[str, Any]:
+    """The demo's JSON: counts from the database and the provider, and the steps from the messages."""
+    customers = state["customers"]
+    return {
+        "scenario": ep.scenario,
+        "preset": ep.preset,
+        "credit_memos": sum(c["credit_memos"] for c in customers),
+        "invoices": sum(c["invoices"] for c in customers),
+        "refunds": sum(c["refunds"] for c in customers),
+        "balance_cents": {
+            str(c["customer_id"]): {"opening": c["opening_credit_cents"], "final": c["final_credit_cents"]}
+            for c in customers
+        },
+        "provider_charges": sum(c["provider_charges"] for c in customers),
+        "provider_refunds": sum(c["provider_refunds"] for c in customers),
+        "rollbacks": ep.rollbacks_total,
+        "escalated": ep.escalated,
+        "tool_calls": sum(len(m.tool_calls) for m in ep.messages if isinstance(m, AIMessage)),
+        "tool_messages": len(ep.tool_messages),
+        "unanswered_tool_calls": len(ep.unanswered),
+        "outbox": outbox,
+        "steps": steps(ep.messages),
+        "error": ep.error,
+        "wall_s": round(wall_s, 3),
+        "database": database,
+    }
+
+
+def render_episode(rep: dict, *, timing: bool = True) -> str:
+    """The human-readable account of one episode's report."""
+    lines = [f"agentlab demo: scenario '{rep['scenario']}', preset '{rep['preset']}'",
+             f"  {PRESET_NOTES.get(rep['preset'], '')}", ""]
+    for n, step in enumerate(rep["steps"], 1):
+        lines.append(f"Step {n}: the model sends {len(step['calls'])} tool call(s) in one message")
+        for c in step["calls"]:
+            args = ", ".join(f"{k}={v!r}" for k, v in c["args"].items()) if isinstance(c["args"], dict) else c["args"]
+            lines.append(f"    {c['tool']}({args})")
+        for c in step["calls"]:
+            lines.append(f"  -> {c['tool']:<17} {c['outcome'].upper():<11} {_short(c['reply'])}")
+        outcomes = {c["outcome"] for c in step["calls"]}
+        if outcomes & {"failed", "not_applied"} and not outcomes & {"applied"}:
+            lines.append("     batch rolled back: nothing of it is in the database")
+        lines.append("")
+    if rep["error"]:
+        lines.append(f"The run stopped on an error: {rep['error']}")
+    if rep["escalated"]:
+        lines.append("The run was escalated to a human after repeated rollbacks.")
+    ob = rep["outbox"]
+    lines.append(f"Outbox: {ob['dispatched']} dispatched, {ob['pending']} pending, {ob['dead_letter']} dead letter")
+    lines.append("")
+    lines.append("Final state (read from the database and the provider):")
+    lines.append(f"  credit memos      {rep['credit_memos']}")
+    lines.append(f"  invoices          {rep['invoices']}")
+    for cid, b in rep["balance_cents"].items():
+        lines.append(f"  credit balance    customer {cid}: {b['opening']} -> {b['final']} cents")
+    lines.append(f"  provider charges  {rep['provider_charges']}")
+    lines.append(f"  provider refunds  {rep['provider_refunds']}")
+    lines.append(f"  rollbacks         {rep['rollbacks']}")
+    lines.append(f"  tool messages     {rep['tool_messages']} for {rep['tool_calls']} tool calls "
+                 f"({rep['unanswered_tool_calls']} unanswered)")
+    if timing:
+        lines.append(f"  wall time         {rep['wall_s']:.2f} s")
+    if rep.get("database"):
+        lines.append(f"  database kept     {rep['database']}")
+    return "\n".join(lines)
+
+
+def _short(text: str | None, width: int = 110) -> str:
+    if text is None:
+        return "(no answer)"
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def to_json(rep: dict) -> str:
+    return json.dumps(rep, default=str)

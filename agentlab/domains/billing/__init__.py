@@ -1,0 +1,1 @@
+"""The billing domain: customers, invoices, credit memos and refunds."""

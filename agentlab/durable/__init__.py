@@ -1,0 +1,1 @@
+"""Beyond one transaction: sagas, jobs, human approval, history (replay, fork), retention."""

@@ -1,0 +1,309 @@
+"""Human approval with ``interrupt()``: refunds above a threshold wait for a person.
+
+With an :class:`ApprovalPolicy`, :func:`agentlab.core.graph.build_graph` puts an ``approve`` node between
+``agent`` and ``tools``. For the calls of the last AIMessage that the policy names (by default
+``QueueRefund`` with ``amount_cents`` above :data:`DEFAULT_THRESHOLD_CENTS`):
+
+1. before ``interrupt()``: one approval request for the whole batch, listing each call, is stored
+   with ``INSERT ... ON CONFLICT DO NOTHING`` under a key derived from thread, node and super-step
+   (``langgraph_step`` in the config's metadata), plus the checkpoint the step started from, so that
+   sibling branches of a fork get requests of their own (:func:`request_key`). LangGraph re-executes
+   the node from its start on resume, so this is the only write allowed there: one that a second
+   run leaves unchanged (case C05).
+2. ``interrupt(request)`` pauses the thread; the checkpoint holds it, for days if need be.
+3. the resume, ``Command(resume={tool_call_id: "approve" | "reject", ...})`` (or one word for every
+   call), answers each call by its tool call id. Anything but ``"approve"``, and a call the resume
+   does not name, counts as rejected: the safe default. The decisions are stored once (a guarded
+   ``UPDATE ... WHERE status = 'pending'``, under the same key).
+4. each rejected call gets its ToolMessage here, ``FAILED [rejected]`` with
+   :data:`agentlab.core.errors.REJECTED_BY_REVIEWER`, which the scripted model reads as "drop it"; the
+   tools node then runs only the approved calls still without a ToolMessage (case C06). When every
+   call was rejected, the run goes straight back to ``agent``.
+
+The side effect itself (the refund) happens after approval, in the tools node, under the ledger's
+key ``thread_id:tool_call_id``; the payment leaves through the outbox under its natural key. So a
+resume days later, after the provider has forgotten its idempotency keys, still pays once: the
+outbox row exists once and the worker looks the payment up by that key before paying. (The refund
+is not keyed by thread, node and step: that key names *the approval*, and two different calls
+approved in one batch share it.)
+
+Sources: LangGraph docs "Interrupts" (re-execution on resume, "side effects before interrupt must be
+idempotent", resuming with ``Command(resume=...)``); Stripe "Idempotent requests" (24 h key retention).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
+from langgraph.types import Command, interrupt
+
+from agentlab.core.errors import Category
+from agentlab.core.messages import FAILED_TEMPLATE, REJECTED_BY_REVIEWER
+from agentlab.domains.billing.scenarios import C, CustomerSpec, Intended, PlannedCall, Scenario
+
+APPROVE = "approve"
+REJECT = "reject"
+DEFAULT_THRESHOLD_CENTS = 10_000  # refunds above 100.00 need a person
+APPROVAL_NODE = "approve"
+REJECTED_MESSAGE = FAILED_TEMPLATE.format(category=Category.REJECTED.value, reason=REJECTED_BY_REVIEWER)
+
+INSERT_REQUEST = """
+INSERT INTO approval_requests (request_key, thread_id, node, step, calls) VALUES (%s, %s, %s, %s, %s)
+ON CONFLICT (request_key) DO NOTHING
+"""
+RECORD_DECISIONS = """
+UPDATE approval_requests SET status = 'decided', decisions = %s, decided_at = now()
+WHERE request_key = %s AND status = 'pending'
+"""
+LIST_REQUESTS = """
+SELECT request_key, thread_id, node, step, calls, status, decisions, requested_at, decided_at
+FROM approval_requests WHERE (%(thread)s::text IS NULL OR thread_id = %(thread)s) ORDER BY requested_at, request_key
+"""
+
+
+def request_key(thread_id: str, node: str, step: int | None, checkpoint_id: str | None = None) -> str:
+    """The approval request's idempotency key: ``thread_id:node:langgraph_step[:checkpoint_id]``.
+
+    Stable across the node's re-executions in one super-step (the re-run on resume starts from the
+    same checkpoint), distinct for the next batch of the thread (a later super-step) and for each
+    branch a replay or fork starts (sibling branches can share a step number, never a checkpoint).
+    """
+    return f"{thread_id}:{node}:{step}" + (f":{checkpoint_id}" if checkpoint_id else "")
+
+
+def last_batch(messages: list[AnyMessage]) -> tuple[list[dict], set[str]]:
+    """The last AIMessage's tool calls and the ids already answered by a ToolMessage after it."""
+    at = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AIMessage)), None)
+    if at is None:
+        return [], set()
+    answered = {m.tool_call_id for m in messages[at + 1:] if isinstance(m, ToolMessage)}
+    return list(messages[at].tool_calls), answered
+
+
+def decisions_from(answer: Any, calls: list[dict]) -> dict[str, str]:
+    """Normalise a resume value to ``{tool_call_id: "approve" | "reject"}`` for ``calls``.
+
+    ``answer`` is one word for every call, or a mapping by tool call id. Only ``"approve"`` approves;
+    anything else, or a call the mapping does not name, is rejected.
+    """
+    if isinstance(answer, Mapping):
+        return {c["id"]: APPROVE if answer.get(c["id"]) == APPROVE else REJECT for c in calls}
+    return {c["id"]: APPROVE if answer == APPROVE else REJECT for c in calls}
+
+
+def rejected_message(call: dict) -> ToolMessage:
+    """The ToolMessage of a call a reviewer rejected (model-facing text: :data:`REJECTED_MESSAGE`)."""
+    return ToolMessage(REJECTED_MESSAGE, tool_call_id=call["id"], name=call.get("name"), status="error",
+                       artifact={"outcome": "failed", "category": Category.REJECTED.value})
+
+
+@dataclass(frozen=True)
+class ApprovalPolicy:
+    """Which tool calls need a person's approval.
+
+    Args:
+        threshold_cents: calls whose ``amount_arg`` is above this many cents need approval.
+        tools: the tool names the rule applies to.
+        amount_arg: the argument holding the amount, in cents.
+        node: the approval node's name (part of the request key).
+    """
+
+    threshold_cents: int = DEFAULT_THRESHOLD_CENTS
+    tools: tuple[str, ...] = ("QueueRefund",)
+    amount_arg: str = "amount_cents"
+    node: str = APPROVAL_NODE
+
+    def needs_approval(self, call: Mapping[str, Any]) -> bool:
+        """True when ``call`` (a tool call dict) names a listed tool with an integer amount above the threshold.
+
+        A malformed amount (text, a float, a boolean) is left to the tools node's validation, which
+        refuses it before any SQL; it never reaches a person.
+        """
+        amount = (call.get("args") or {}).get(self.amount_arg) if isinstance(call.get("args"), Mapping) else None
+        return (call.get("name") in self.tools and isinstance(amount, int) and not isinstance(amount, bool)
+                and amount > self.threshold_cents)
+
+    def request(self, calls: list[dict], *, thread_id: str, step: int | None, checkpoint_id: str | None = None) -> dict:
+        """The approval request shown to a person: one per batch, listing each call (JSON-ready)."""
+        return {
+            "request_key": request_key(thread_id, self.node, step, checkpoint_id),
+            "thread_id": thread_id,
+            "threshold_cents": self.threshold_cents,
+            "calls": [{"tool_call_id": c["id"], "tool": c["name"], "args": c["args"],
+                       "amount_cents": c["args"].get(self.amount_arg)} for c in calls],
+            "answer_with": {c["id"]: f"{APPROVE} | {REJECT}" for c in calls},
+        }
+
+    def as_node(self, pool=None):
+        """The ``approve`` node function. ``pool`` (the business pool) stores requests and decisions;
+        None keeps them in the checkpoint only."""
+
+        async def approve(state: dict, config: RunnableConfig, runtime: Runtime) -> dict:
+            calls, answered = last_batch(state["messages"])
+            pending = [c for c in calls if c["id"] not in answered and self.needs_approval(c)]
+            if not pending:
+                return {}
+            thread_id = str((config.get("configurable") or {}).get("thread_id", "default"))
+            step = (config.get("metadata") or {}).get("langgraph_step")
+            checkpoint_id = getattr(getattr(runtime, "execution_info", None), "checkpoint_id", None)
+            req = self.request(pending, thread_id=thread_id, step=step, checkpoint_id=checkpoint_id)
+            if pool is not None:  # idempotent: the re-execution on resume writes nothing new
+                async with pool.connection() as conn:
+                    await conn.execute(INSERT_REQUEST, (req["request_key"], thread_id, self.node, step,
+                                                        json.dumps(req["calls"], default=str)))
+            answer = interrupt(req)
+            decisions = decisions_from(answer, pending)
+            if pool is not None:
+                async with pool.connection() as conn:
+                    await conn.execute(RECORD_DECISIONS, (json.dumps(decisions), req["request_key"]))
+            return {"messages": [rejected_message(c) for c in pending if decisions[c["id"]] != APPROVE]}
+
+        return approve
+
+    def route(self, state: dict) -> str:
+        """After ``approve``: ``tools`` while a call of the batch has no ToolMessage, else ``agent``."""
+        calls, answered = last_batch(state["messages"])
+        return "tools" if any(c["id"] not in answered for c in calls) else "agent"
+
+
+# --------------------------------------------------------------------------- helpers for a run
+
+
+def interrupts_of(result: Mapping[str, Any] | None) -> list[dict]:
+    """The approval requests a graph run stopped on (``result["__interrupt__"]`` values), or []."""
+    return [i.value for i in (result or {}).get("__interrupt__", ()) or ()]
+
+
+async def pending_requests(graph, config: dict) -> list[dict]:
+    """The approval requests a checkpointed thread is waiting on, read from its latest checkpoint."""
+    snapshot = await graph.aget_state(config)
+    return [i.value for task in snapshot.tasks for i in task.interrupts]
+
+
+def resume_command(decisions: Mapping[str, str] | str) -> Command:
+    """``Command(resume=decisions)``: a mapping ``{tool_call_id: "approve" | "reject"}`` or one word for all."""
+    return Command(resume=dict(decisions) if isinstance(decisions, Mapping) else decisions)
+
+
+async def approval_requests(pool, thread_id: str | None = None):
+    """The stored approval requests (one row per batch) as a pandas DataFrame, oldest first."""
+    import pandas as pd
+
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(LIST_REQUESTS, {"thread": thread_id})).fetchall()
+    return pd.DataFrame(rows, columns=["request_key", "thread_id", "node", "step", "calls", "status", "decisions",
+                                       "requested_at", "decided_at"])
+
+
+# The approval story: two refunds above the threshold in one batch; the intended end state is the
+# demo's decision (reject RMA-3001, approve RMA-3002).
+APPROVAL = Scenario(
+    name="approval",
+    title="Two refunds above the approval threshold wait for a person",
+    prompt=("Customer returned two orders: RMA-3001 worth 300.00 and RMA-3002 worth 150.00. Refund both "
+            "to their card."),
+    customers=(CustomerSpec("acme", "Acme Outfitters", 0),),
+    steps=((
+        PlannedCall("QueueRefund", {"customer_id": C(0), "reference": "RMA-3001", "amount_cents": 30000}),
+        PlannedCall("QueueRefund", {"customer_id": C(0), "reference": "RMA-3002", "amount_cents": 15000}),
+    ),),
+    intended=Intended(final_credit_cents=(0,), refunds=(1,), provider_refunds=(1,), invoices=(0,),
+                      credit_memos=(0,), provider_charges=(0,)),
+)
+
+
+# --------------------------------------------------------------------------- the story, for a notebook
+
+DAY_S = 86400
+REFUNDS_PER_REFERENCE = """
+SELECT r.reference, (SELECT count(*) FROM provider.payments p WHERE p.reference = o.dedupe_key) AS provider_refunds
+FROM refunds r JOIN outbox o ON o.payload->>'refund_id' = r.id::text
+WHERE r.customer_id = %s ORDER BY r.reference
+"""
+THREAD_COUNTS = """
+SELECT (SELECT count(*) FROM approval_requests WHERE thread_id = %(thread)s),
+       (SELECT count(*) FROM refunds WHERE customer_id = %(customer)s),
+       (SELECT count(*) FROM tool_executions WHERE thread_id = %(thread)s),
+       (SELECT count(*) FROM outbox WHERE thread_id = %(thread)s AND status = 'dispatched'),
+       (SELECT count(*) FROM events WHERE thread_id = %(thread)s AND kind = 'call' AND outcome = 'replayed')
+"""
+TOOLS_NODE_RUNS = """
+SELECT outcome, error_class FROM events WHERE thread_id = %s AND kind = 'node' AND node = 'tools' ORDER BY id
+"""
+
+
+async def resume_days_later(h, *, days: float = 3, seed: int = 0, thread_id: str | None = None) -> dict:
+    """The approval story with every delay and crash a real one meets; returns what the database and the
+    provider hold at the end.
+
+    1. the thread stops on one approval request for the two refunds of :data:`APPROVAL`;
+    2. ``days`` later the reviewer approves both; the tools node commits the refunds with their outbox
+       rows, then the process dies before the checkpoint is written (a ``SimulatedCrash`` after COMMIT);
+    3. the outbox worker pays the first refund and dies before marking its row;
+    4. ``days`` later again (the provider, which keeps keys 24 hours, has forgotten them all) the
+       thread is resumed: the tools node runs the batch again and the ledger answers it; the worker
+       drains: it finds the paid refund by its reference and pays only the other one.
+
+    ``h`` is a :class:`agentlab.runtime.harness.Harness`; its provider's clock moves forward by ``2 * days``.
+    Returns ``requests`` (approval requests stored), ``refund_rows``, ``ledger_rows``,
+    ``outbox_dispatched``, ``calls_replayed`` (tool calls the ledger answered on resume),
+    ``tools_node_runs`` (the node's outcomes, in order), ``reconciled`` (rows the worker found paid)
+    and ``provider_refunds`` (per reference, from the provider's records).
+    """
+    import uuid
+
+    from langchain_core.messages import HumanMessage
+
+    from agentlab.core.errors import SimulatedCrash
+    from agentlab.core.graph import build_graph, run_config
+    from agentlab.sim.model import ScriptedChatModel
+    from agentlab.core.safeguards import preset
+
+    sg = preset("full")
+    ids = await h.create_customers(APPROVAL, sg)
+    node = h.node(sg)
+    graph = build_graph(ScriptedChatModel(script=APPROVAL.script(ids), seed=seed), node, checkpointer=h.saver,
+                        approval=ApprovalPolicy())
+    thread_id = thread_id or f"approval-late-{uuid.uuid4().hex[:12]}"
+    config = run_config(thread_id, tenant_id=APPROVAL.tenant_id)
+    await graph.ainvoke({"messages": [HumanMessage(APPROVAL.prompt)]}, config)
+
+    def die_after_commit(calls):
+        node.hooks.after_commit.remove(die_after_commit)  # the restarted process runs normally
+        raise SimulatedCrash("the process died after COMMIT, before the checkpoint")
+
+    def worker_dies(row_id):
+        raise SimulatedCrash("the worker died after the provider call, before marking the row")
+
+    h.provider.clock.advance(days * DAY_S)
+    node.hooks.after_commit.append(die_after_commit)
+    try:
+        await graph.ainvoke(resume_command(APPROVE), config)
+    except SimulatedCrash:
+        pass
+    h.worker.hooks.after_provider_call.append(worker_dies)
+    try:
+        await h.worker.run_once()
+    except SimulatedCrash:
+        pass
+    finally:
+        h.worker.hooks.after_provider_call.remove(worker_dies)
+    h.provider.clock.advance(days * DAY_S)
+    await graph.ainvoke(None, config)  # resume from the last checkpoint: the tools node runs again
+    drain = await h.worker.drain()
+    await h.events.flush()
+    async with h.pool.connection() as conn:
+        requests, refunds, ledger, dispatched, replayed = await (await conn.execute(
+            THREAD_COUNTS, {"thread": thread_id, "customer": ids[0]})).fetchone()
+        runs = await (await conn.execute(TOOLS_NODE_RUNS, (thread_id,))).fetchall()
+        per_reference = await (await conn.execute(REFUNDS_PER_REFERENCE, (ids[0],))).fetchall()
+    return {"requests": requests, "refund_rows": refunds, "ledger_rows": ledger, "outbox_dispatched": dispatched,
+            "calls_replayed": replayed, "tools_node_runs": [o if e is None else f"{o} ({e.rsplit('.', 1)[-1]})"
+                                                            for o, e in runs],
+            "reconciled": drain.reconciled, "provider_refunds": dict(per_reference)}

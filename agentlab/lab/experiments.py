@@ -1,0 +1,457 @@
+"""Experiments: episodes x presets x faults on one database, and the fault x preset table.
+
+:func:`run_experiment` runs ``episodes`` seeded episodes for every (fault, preset) pair, ``concurrency``
+at a time, on one fresh database with one harness, one provider and one agent process (each episode
+with its own thread id and its own customers: :mod:`agentlab.lab.runner`). Episode ``i`` of a fault plays the
+same scenario with the same hallucinations and the same model seed under every preset, so the presets
+are compared on identical episodes. The result holds one row per episode and the summary.
+
+Same seed, same table: the violations per episode depend on the seed only (wall times do not).
+
+The run's speed comes from sharing: one compiled graph per preset, pools sized for the concurrency,
+checkpoints written once per run except where a fault resumes from one, and the experiment's own
+database committing with ``synchronous_commit = off`` (the faults here kill processes, never the
+server, so a commit the server has acknowledged is never lost in this lab); and from cores: with
+``workers > 1`` the episodes run in several processes (:mod:`agentlab.lab.parallel`), since one Python
+process runs the lab on one core.
+
+Sources: tqdm ("tqdm.auto"); pandas ("pivot_table").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from agentlab.runtime import db
+from agentlab.core.errors import is_infrastructure
+from agentlab.lab.faults import FAULTS, get_fault
+from agentlab.runtime.harness import Harness
+from agentlab.lab.invariants import KINDS, count_by_kind
+from agentlab.lab.runner import FaultRun, Lab
+from agentlab.core.safeguards import PRESETS, Safeguards, preset
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+ROW_COLUMNS = ("preset", "fault", "scenario", "episode", "seed", "rollbacks", "escalated", "crashed", "error",
+               "violations", *KINDS, "wall_ms")
+LADDER = tuple(PRESETS)  # naive ... full: each rung adds one safeguard
+SET_ASYNC_COMMIT = "ALTER DATABASE {} SET synchronous_commit = off"
+DEFAULT_CONCURRENCY = 32
+# the words in Fault.guarded_by that name what each rung adds (to list its own faults first)
+RUNG_GUARDS = {"constraints": ("constraints",), "validated": ("validation",), "transaction": ("transaction",),
+               "savepoints": ("savepoints",), "ledger": ("ledger",), "full": ("outbox", "timeouts")}
+
+
+def episode_seed(seed: int, episode: int) -> int:
+    """The seed of episode ``episode`` of an experiment seeded ``seed`` (the same for every fault and preset)."""
+    return random.Random(f"agentlab:{seed}:{episode}").randrange(2**31)
+
+
+def row(run: FaultRun, episode: int) -> dict[str, Any]:
+    """One DataFrame row for a checked episode."""
+    ep = run.episode
+    kinds = count_by_kind(run.violations)
+    return {"preset": run.preset, "fault": run.fault, "scenario": run.scenario.name, "episode": episode,
+            "seed": ep.seed, "rollbacks": ep.rollbacks_total, "escalated": ep.escalated, "crashed": run.crashed,
+            "error": ep.error, "violations": len(run.violations), **kinds, "wall_ms": round(ep.wall_ms, 3)}
+
+
+def lab_error_row(fault: str, preset_name: str, episode: int, seed: int, exc: BaseException) -> dict[str, Any]:
+    """The row of an episode the lab could not run or check (its error column says why)."""
+    return {"preset": preset_name, "fault": fault, "scenario": None, "episode": episode, "seed": seed,
+            "rollbacks": 0, "escalated": False, "crashed": False, "error": f"lab error: {type(exc).__name__}: {exc}",
+            "violations": 0, **dict.fromkeys(KINDS, 0), "wall_ms": 0.0}
+
+
+@dataclass
+class ExperimentResult:
+    """What an experiment produced. ``rows``: one per episode (:data:`ROW_COLUMNS`); ``wall_s``: seconds
+    from the first episode to the last; ``cpu_s``: CPU seconds of the processes that ran the episodes, over
+    the same span; ``workers``: how many processes ran them."""
+
+    rows: pd.DataFrame
+    wall_s: float
+    seed: int
+    episodes_per_cell: int
+    presets: tuple[str, ...]
+    faults: tuple[str, ...]
+    cpu_s: float = 0.0
+    workers: int = 1
+
+    @property
+    def episodes(self) -> int:
+        return len(self.rows)
+
+    @property
+    def episodes_per_s(self) -> float:
+        return self.episodes / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def summary(self) -> pd.DataFrame:
+        """Violations summed per fault (rows) and preset (columns), in catalog and ladder order."""
+        return summarize(self.rows, self.presets, self.faults)
+
+    def summary_of(self, kinds: Iterable[str]) -> pd.DataFrame:
+        """As :attr:`summary`, counting only ``kinds`` (e.g. :data:`agentlab.lab.invariants.STATE_KINDS`)."""
+        return summarize(self.rows, self.presets, self.faults, kinds=kinds)
+
+    def by_kind(self) -> pd.DataFrame:
+        """Violations per (fault, preset) and kind."""
+        return self.rows.groupby(["fault", "preset"], sort=False)[list(KINDS)].sum()
+
+    def safeguard_effects(self) -> pd.DataFrame:
+        """What each safeguard buys: for every rung of the ladder, the (fault, kind) cells where the preset
+        just below has violations and the rung has none."""
+        return safeguard_effects(self.rows, self.presets)
+
+    def deterministic_view(self) -> pd.DataFrame:
+        """The rows without what may vary between identical runs, to compare two runs: wall times, and the
+        rollback counts (on a loaded machine a lock or statement timeout can take one more retry)."""
+        return self.rows.drop(columns=["wall_ms", "rollbacks"]).reset_index(drop=True)
+
+    def to_json(self) -> dict[str, Any]:
+        """The CLI's JSON: ``episodes`` (run in all), ``episodes_per_cell``, ``wall_s``, ``episodes_per_s``,
+        ``workers``, ``seed``, ``summary`` (``{preset: {fault: violations}}``) and ``rows`` (one object per episode)."""
+        summary = self.summary
+        return {
+            "episodes": self.episodes,
+            "episodes_per_cell": self.episodes_per_cell,
+            "wall_s": round(self.wall_s, 3),
+            "episodes_per_s": round(self.episodes_per_s, 1),
+            "workers": self.workers,
+            "seed": self.seed,
+            "summary": {p: {f: int(summary.loc[f, p]) for f in summary.index} for p in summary.columns},
+            "rows": [{k: _plain(v) for k, v in r.items()} for r in self.rows.to_dict(orient="records")],
+        }
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, float) and value != value:  # NaN
+        return None
+    return value
+
+
+def summarize(rows: pd.DataFrame, presets: Sequence[str] | None = None, faults: Sequence[str] | None = None,
+              *, kinds: Iterable[str] | None = None) -> pd.DataFrame:
+    """The fault x preset table of summed violations (zeros where nothing broke); only ``kinds`` when given."""
+    presets = list(presets or dict.fromkeys(rows["preset"]))
+    faults = list(faults or dict.fromkeys(rows["fault"]))
+    if kinds is not None:
+        rows = rows.assign(violations=rows[list(kinds)].sum(axis=1))
+    table = rows.pivot_table(index="fault", columns="preset", values="violations", aggfunc="sum", fill_value=0)
+    table = table.reindex(index=faults, columns=presets, fill_value=0).astype(int)
+    table.index.name, table.columns.name = "fault", "preset"
+    return table
+
+
+def safeguard_effects(rows: pd.DataFrame, presets: Sequence[str] | None = None) -> pd.DataFrame:
+    """For each adjacent pair of ``presets`` (a ladder), the (fault, kind) cells that go from some
+    violations below to none at the rung. Columns: safeguard (the rung), fault, kind, below, at."""
+    presets = list(presets or dict.fromkeys(rows["preset"]))
+    sums = rows.groupby(["preset", "fault"])[list(KINDS)].sum()
+    out = []
+    for lower, upper in zip(presets, presets[1:]):
+        cells = []
+        for fault in dict.fromkeys(rows["fault"]):
+            if (lower, fault) not in sums.index or (upper, fault) not in sums.index:
+                continue
+            meant = any(w in FAULTS[fault].guarded_by for w in RUNG_GUARDS.get(upper, ())) if fault in FAULTS else False
+            for kind in KINDS:
+                below, at = int(sums.loc[(lower, fault), kind]), int(sums.loc[(upper, fault), kind])
+                if below > 0 and at == 0:
+                    cells.append((not meant, {"safeguard": upper, "fault": fault, "kind": kind, "below": below,
+                                              "at": at}))
+        out += [c for _, c in sorted(cells, key=lambda c: c[0])]  # the faults the rung is meant for first
+    import pandas as pd
+
+    return pd.DataFrame(out, columns=["safeguard", "fault", "kind", "below", "at"])
+
+
+def _progress(total: int, enabled: bool | None):
+    from tqdm.auto import tqdm
+
+    disable = (not sys.stderr.isatty()) if enabled is None else not enabled
+    return tqdm(total=total, disable=disable, unit="episode", desc="chaos", leave=False)
+
+
+async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards] | None = None,
+                         faults: Iterable[str] | None = None, *, seed: int = 0,
+                         concurrency: int = DEFAULT_CONCURRENCY, progress: bool | None = None,
+                         url: str | None = None, durability: str | None = None,
+                         fast_commit: bool = True, workers: int = 1) -> ExperimentResult:
+    """Run ``episodes`` episodes for every (fault, preset) pair and check each.
+
+    Args:
+        episodes: episodes per (fault, preset) cell.
+        presets: preset names or :class:`agentlab.core.safeguards.Safeguards` values with distinct names (default:
+            the whole ladder, in order; :meth:`ExperimentResult.safeguard_effects` compares neighbours).
+        faults: fault names (default: every fault of the catalog).
+        seed: seeds the episodes (scenario choice, hallucinations, model call ids).
+        concurrency: episodes in flight at once (in all worker processes together).
+        progress: show a tqdm bar (default: when stderr is a terminal).
+        url: run on this database (default: a fresh one, dropped afterwards).
+        durability: force one LangGraph durability for every episode (default: per fault, see :mod:`agentlab.lab.runner`).
+        fast_commit: ``synchronous_commit = off`` for the fresh experiment database (ignored with ``url``).
+        workers: processes running the episodes (:mod:`agentlab.lab.parallel`); 1 runs them in this process.
+            The rows are the same for any number.
+
+    Raises:
+        ValueError: an unknown preset or fault name; ``episodes``, ``concurrency`` or ``workers`` below 1.
+        agentlab.runtime.db.DatabaseUnavailable: no server, or it stopped answering during the run (the
+            experiment stops within about two seconds; its database is left to ``db clean``).
+    """
+    if episodes < 1 or concurrency < 1 or workers < 1:
+        raise ValueError(f"episodes, concurrency and workers must be at least 1 (got {episodes}, {concurrency}, "
+                         f"{workers})")
+    chosen = [preset(p) if isinstance(p, str) else p for p in (presets or PRESETS)]
+    by_name = {sg.name: sg for sg in chosen}
+    if len(by_name) != len(chosen):
+        raise ValueError("presets must have distinct names (give a custom Safeguards value its own name=)")
+    presets = tuple(by_name)
+    faults = tuple(faults or FAULTS)
+    fault_objs = [get_fault(f) for f in faults]
+    jobs = [(i, f, p) for i in range(episodes) for f in faults for p in presets]
+    workers = max(1, min(workers, len(jobs)))
+    created = url is None
+    if created:
+        url = await asyncio.to_thread(db.create_database, "chaos")
+        if fast_commit:
+            await asyncio.to_thread(_fast_commit, url)
+    try:
+        h = await Harness.open(url, pool_max=max(8, concurrency // 4 + 8))  # fault controllers, the checker
+    except BaseException:
+        if created:
+            await asyncio.to_thread(db.drop_database, url)
+        raise
+    bar = _progress(len(jobs), progress)
+    try:
+        if workers > 1:
+            from agentlab.lab.parallel import run_sharded
+
+            async def install() -> None:
+                async with Lab(h) as lab:
+                    for f in fault_objs:
+                        await lab.install(f)
+
+            await h.watched(install())
+            results, wall_s, cpu_s = await run_sharded(
+                url, jobs, by_name, run_jobs=run_jobs, workers=workers, seed=seed, concurrency=concurrency, durability=durability,
+                on_done=lambda n: bar.update(n - bar.n))
+        else:
+            results, wall_s, cpu_s = await run_jobs(h, jobs, by_name, seed=seed, concurrency=concurrency,
+                                                    durability=durability, on_done=lambda: bar.update(1))
+    except BaseException as exc:
+        bar.close()
+        await _close_quietly(h, url if created else None, exc)
+        raise
+    bar.close()
+    await h.close()
+    if created:
+        await asyncio.to_thread(db.drop_database, url)
+    import pandas as pd
+
+    rows = pd.DataFrame(results, columns=list(ROW_COLUMNS))
+    order = {f: n for n, f in enumerate(faults)}, {p: n for n, p in enumerate(presets)}
+    rows = rows.sort_values(["fault", "preset", "episode"], key=lambda s: s.map(order[0]) if s.name == "fault"
+                            else s.map(order[1]) if s.name == "preset" else s).reset_index(drop=True)
+    return ExperimentResult(rows, wall_s, seed, episodes, presets, faults, cpu_s, workers)
+
+
+async def run_jobs(h: Harness, jobs: Sequence[tuple[int, str, str]], by_name: dict[str, Safeguards], *, seed: int,
+                   concurrency: int, durability: str | None, on_done: Callable[[], None] | None = None,
+                   should_stop: Callable[[], bool] | None = None) -> tuple[list[dict], float, float]:
+    """Run ``jobs`` (``(episode, fault, preset name)``) on ``h``'s database in this process, ``concurrency``
+    at a time; return one row per job (in completion order), the wall seconds and this process's CPU seconds.
+
+    An episode the lab itself fails on becomes a row with its error; the experiment goes on. No new
+    episode starts once ``should_stop()`` is true (the rows so far are returned).
+
+    Raises:
+        agentlab.runtime.db.DatabaseUnavailable: the server stopped answering; the episodes in flight are
+            cancelled at once rather than each waiting for a connection.
+    """
+    lab = Lab(h, pool_max=concurrency + 4, checkpointer_max=min(8, max(2, concurrency // 4)))
+    results: list[dict] = []
+
+    async def worker(it) -> None:
+        for i, f, p in it:
+            if should_stop is not None and should_stop():
+                return
+            try:
+                run = await lab.run(f, by_name[p], seed=episode_seed(seed, i), durability=durability)
+                results.append(row(run, i))
+            except Exception as exc:  # the lab itself failed: keep the experiment, show the row
+                if is_infrastructure(exc):
+                    await h.ensure_reachable(exc)  # no server: DatabaseUnavailable ends the experiment
+                results.append(lab_error_row(f, p, i, episode_seed(seed, i), exc))
+            if on_done is not None:
+                on_done()
+
+    async def body() -> tuple[list[dict], float, float]:
+        await lab.start()
+        for f in dict.fromkeys(f for _, f, _ in jobs):
+            await lab.install(get_fault(f))
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        it = iter(jobs)
+        tasks = [asyncio.create_task(worker(it)) for _ in range(min(concurrency, len(jobs)))]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            await _cancel(tasks)
+            raise
+        return results, time.perf_counter() - t0, time.process_time() - cpu0
+
+    try:
+        return await h.watched(body())  # a server that goes away ends the run in seconds
+    finally:
+        await lab.close()
+
+
+async def _cancel(tasks: list[asyncio.Task], grace_s: float = 2.0) -> None:
+    """Cancel ``tasks``; give their clean-up ``grace_s`` seconds, then cancel what is still running again
+    (a clean-up that waits for a connection to a server that is gone)."""
+    for t in tasks:
+        t.cancel()
+    _, pending = await asyncio.wait(tasks, timeout=grace_s) if tasks else (set(), set())
+    for t in pending:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _close_quietly(h: Harness, url: str | None, exc: BaseException) -> None:
+    """Close ``h`` and drop the database at ``url`` after a failed run, without hiding its error: with the
+    server gone, the database is left to ``python -m agentlab db clean``."""
+    if isinstance(exc, db.DatabaseUnavailable):
+        h.events.abandon()
+    try:
+        await h.close()
+        if url is not None:
+            await asyncio.to_thread(db.drop_database, url)
+    except Exception:
+        pass
+
+
+def _fast_commit(url: str) -> None:
+    """``synchronous_commit = off`` for every later session of the database at ``url`` (before any opens)."""
+    from psycopg import sql
+
+    with db.admin_connection() as conn:
+        conn.execute(sql.SQL(SET_ASYNC_COMMIT).format(sql.Identifier(db.dbname_of(url))))
+
+
+def render(result: ExperimentResult) -> str:
+    """The CLI's text: the fault x preset table, what each safeguard buys, and the run's speed."""
+    lines = [f"Invariant violations per fault (rows) and preset (columns): {result.episodes_per_cell} episode(s) "
+             f"per cell, seed {result.seed}", "", result.summary.to_string(), ""]
+    effects = result.safeguard_effects()
+    if len(effects):
+        lines.append("What each safeguard buys (violations just below it -> 0 with it):")
+        for rung, part in effects.groupby("safeguard", sort=False):
+            cells = [f"{r.fault}/{r.kind} {r.below}" for r in part.itertuples()][:4]
+            more = f" (+{len(part) - 4} more)" if len(part) > 4 else ""
+            lines.append(f"  {rung:<12} {', '.join(cells)}{more}")
+        lines.append("")
+    errors = int(result.rows["error"].notna().sum())
+    lines.append(f"{result.episodes} episodes in {result.wall_s:.2f} s ({result.episodes_per_s:.1f} episodes/s, "
+                 f"{result.cpu_s / max(result.episodes, 1) * 1000:.1f} ms of the lab's CPU per episode"
+                 + (f", {result.workers} worker processes)" if result.workers > 1 else ")")
+                 + (f"; {errors} episode(s) ended on an error" if errors else ""))
+    return "\n".join(lines)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (else exit 2 with a usage line)."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def png_path(text: str) -> str:
+    """An argparse type: a ``.png`` file whose folder exists and is writable, checked before the run
+    (not after minutes of episodes)."""
+    import argparse
+    import os
+    import tempfile
+    from pathlib import Path
+
+    path = Path(text).expanduser()
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is a folder; give a file name such as {text.rstrip('/')}/heatmap.png")
+    if path.suffix.lower() != ".png":
+        raise argparse.ArgumentTypeError(f"{text!r} is not a .png file name")
+    folder = path.parent.resolve()
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"folder {str(folder)!r} does not exist; create it first")
+    try:  # a real write (os.access trusts the mode bits, which root ignores and /proc does not)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".agentlab-plot-"):
+            pass
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot write {str(path)!r}: {exc.strerror or exc}")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {str(path)!r}: permission denied")
+    return str(path)
+
+
+def add_arguments(parser) -> None:
+    """The ``chaos`` subcommand's options."""
+    parser.add_argument("--episodes", type=positive_int, default=10, help="episodes per fault and preset (default 10)")
+    parser.add_argument("--presets", nargs="+", choices=list(PRESETS), default=None, metavar="PRESET",
+                        help=f"presets to compare (default: all: {' '.join(PRESETS)})")
+    parser.add_argument("--faults", nargs="+", choices=list(FAULTS), default=None, metavar="FAULT",
+                        help=f"faults to inject (default: all: {' '.join(FAULTS)})")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--concurrency", type=positive_int, default=DEFAULT_CONCURRENCY,
+                        help=f"episodes in flight at once (default {DEFAULT_CONCURRENCY})")
+    parser.add_argument("--workers", type=positive_int, default=None,
+                        help="processes running the episodes (default: one per core, at most one per 250 episodes)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object with the summary and every row")
+    parser.add_argument("--plot", metavar="FILE.png", type=png_path,
+                        help="write the fault x preset heatmap to this PNG")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def main(args) -> int:
+    """Run the ``chaos`` subcommand and print its table (or JSON); 0 on success."""
+    import json
+    import logging
+
+    for name in ("psycopg", "psycopg.pool"):  # killed backends and lost connections are the point here
+        logging.getLogger(name).setLevel(logging.ERROR)
+    from agentlab.lab.parallel import default_workers, run_loop
+
+    cells = len(args.presets or PRESETS) * len(args.faults or FAULTS)
+    workers = args.workers if args.workers is not None else default_workers(args.episodes * cells)
+    result = run_loop(run_experiment(
+        args.episodes, args.presets, args.faults, seed=args.seed, concurrency=args.concurrency,
+        progress=False if (args.no_progress or args.json) else None, workers=max(1, workers),
+    ))
+    print(json.dumps(result.to_json(), default=str) if args.json else render(result), flush=True)
+    if args.plot:  # after the table: a plot that cannot be written loses no result
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from agentlab.lab.charts import experiment_heatmap, save
+
+        try:
+            save(experiment_heatmap(result), args.plot)
+        except OSError as exc:
+            print(f"agentlab: could not write the plot {args.plot} ({exc.strerror or exc}); the table above "
+                  "is the whole result", file=sys.stderr)
+            return 1
+    return 0

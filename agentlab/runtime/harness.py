@@ -1,0 +1,302 @@
+"""One database and everything a run needs on it: pools, checkpointer, provider, outbox worker, events.
+
+``async with Harness.open(purpose="demo") as h:`` creates a fresh database (dropped on close unless
+``keep=True``), opens a business pool (autocommit connections; the node opens its own transaction
+blocks), a separate checkpointer pool (autocommit, ``dict_row``, prepared statements off behind a
+transaction-mode pooler: case C11) with ``AsyncPostgresSaver`` set up once, the fake payment provider
+and the fake notification sink on pools of their own, the outbox worker and the event log.
+:meth:`Harness.run_episode` plays a scenario under a preset and returns an :class:`Episode`;
+:meth:`Harness.end_state` reads what the database and the provider hold for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from agentlab.runtime import db
+from agentlab.core.errors import is_infrastructure
+from agentlab.core.events import EventLog
+from agentlab.core.graph import build_graph, run_config
+from agentlab.core.messages import unanswered_tool_calls
+from agentlab.domains.billing.tools import TOOLS
+from agentlab.sim.model import ScriptedChatModel
+from agentlab.core.tools_node import TransactionalToolsNode
+from agentlab.sim.notifier import FakeNotifier
+from agentlab.core.outbox import DrainStats, OutboxWorker
+from agentlab.sim.provider import Clock, FakePaymentProvider, customer_ref
+from agentlab.core.safeguards import Safeguards, preset
+from agentlab.domains.billing.scenarios import Scenario, create_customers, get_scenario
+
+
+POOL_TIMEOUT_S = 10.0  # how long a borrower waits for a connection before PoolTimeout
+T = TypeVar("T")
+WATCH_INTERVAL_S = 1.0  # Harness.watch_server: one connection a second, about 3 ms of the server's time
+
+
+def _busy(exc: BaseException) -> bool:
+    """A refused connection that says the server is alive: too many clients (SQLSTATE 53300)."""
+    return getattr(exc, "sqlstate", None) == "53300" or "too many clients" in str(exc)
+
+
+def checkpointer_pool(url: str, *, behind_pooler: bool = False, max_size: int = 4) -> AsyncConnectionPool:
+    """The checkpointer's own pool: autocommit, ``dict_row``, and no prepared statements behind a
+    transaction-mode pooler (``prepare_threshold=None``), as ``AsyncPostgresSaver`` requires."""
+    kwargs = {"autocommit": True, "row_factory": dict_row, "prepare_threshold": None if behind_pooler else 0}
+    return AsyncConnectionPool(url, min_size=1, max_size=max_size, kwargs=kwargs, open=False)
+
+
+@dataclass
+class Episode:
+    """One scenario run to its end (or to escalation, or to an error)."""
+
+    scenario: str
+    preset: str
+    thread_id: str
+    seed: int
+    customer_ids: list[int]
+    schema: str
+    tenant_id: str
+    messages: list = field(default_factory=list)
+    rollbacks_total: int = 0
+    escalated: bool = False
+    error: str | None = None
+    wall_ms: float = 0.0
+    drain: DrainStats | None = None
+
+    @property
+    def tool_messages(self) -> list[ToolMessage]:
+        return [m for m in self.messages if isinstance(m, ToolMessage)]
+
+    @property
+    def unanswered(self) -> list[str]:
+        return unanswered_tool_calls(self.messages)
+
+
+class Harness:
+    """Resources on one database. Build with :meth:`open`; close with ``await h.close()`` or ``async with``."""
+
+    def __init__(self, url: str, *, owns_database: bool, keep: bool = False, behind_pooler: bool = False,
+                 pool_max: int = 8, clock: Clock | None = None):
+        self.url = url
+        self.owns_database = owns_database
+        self.keep = keep
+        # behind a transaction-mode pooler prepared statements must be off for the tools' SQL too (C11)
+        self.pool = AsyncConnectionPool(url, min_size=1, max_size=pool_max, timeout=POOL_TIMEOUT_S, open=False,
+                                        kwargs={"autocommit": True, **({"prepare_threshold": None} if behind_pooler else {})})
+        self.checkpointer_pool = checkpointer_pool(url, behind_pooler=behind_pooler)
+        self.saver: AsyncPostgresSaver | None = None
+        self.provider = FakePaymentProvider(url, clock=clock)
+        self.notifier = FakeNotifier(url, clock=self.provider.clock)
+        self.worker = OutboxWorker(self.pool, self.provider, notifier=self.notifier)
+        self.events = EventLog(self.pool)
+        self.toolset = TOOLS
+
+    @classmethod
+    async def open(cls, url: str | None = None, *, purpose: str = "run", keep: bool = False,
+                   behind_pooler: bool = False, pool_max: int = 8, clock: Clock | None = None) -> "Harness":
+        """Open on ``url``, or on a fresh database made for ``purpose`` (dropped on close unless ``keep``).
+
+        Raises:
+            agentlab.runtime.db.DatabaseUnavailable: no server.
+        """
+        owns = url is None
+        if owns:
+            url = await asyncio.to_thread(db.create_database, purpose)
+        h = cls(url, owns_database=owns, keep=keep, behind_pooler=behind_pooler, pool_max=pool_max, clock=clock)
+        try:
+            await h.ensure_reachable()  # a server that is gone fails here at once, not after the pools' wait
+            await h.watched(h._open_pools())
+            h.saver = AsyncPostgresSaver(conn=h.checkpointer_pool)
+            await h.saver.setup()
+            await h.provider.open()
+        except BaseException:  # failed or cancelled: no pool left reconnecting, no fresh database left behind
+            with contextlib.suppress(Exception):
+                await h.close()
+            raise
+        return h
+
+    async def _open_pools(self) -> None:
+        try:
+            await self.pool.open(wait=True, timeout=POOL_TIMEOUT_S)
+            await self.checkpointer_pool.open(wait=True, timeout=POOL_TIMEOUT_S)
+        except PoolTimeout as exc:
+            await self.ensure_reachable(exc)  # the server is gone: DatabaseUnavailable, else the timeout
+            raise
+
+    async def close(self) -> None:
+        await self.events.flush()  # nothing to write, or (server gone) dropped at once
+        await self.notifier.close()
+        await self.provider.close()
+        await self.checkpointer_pool.close()
+        await self.pool.close()
+        if self.owns_database and not self.keep:
+            await asyncio.to_thread(db.drop_database, self.url)
+
+    async def __aenter__(self) -> "Harness":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ building blocks
+
+    def node(self, safeguards: Safeguards) -> TransactionalToolsNode:
+        """A tools node on this harness's pool, provider and event log."""
+        return TransactionalToolsNode(self.pool, safeguards, toolset=self.toolset, provider=self.provider, events=self.events)
+
+    def graph(self, safeguards: Safeguards, model, *, checkpointer: bool = True, approval=None):
+        """The compiled agent graph for ``model`` under ``safeguards``, with the Postgres checkpointer
+        (and an approval step when ``approval``, an :class:`agentlab.durable.approval.ApprovalPolicy`, is given)."""
+        return build_graph(model, self.node(safeguards), checkpointer=self.saver if checkpointer else None,
+                           approval=approval)
+
+    async def ensure_reachable(self, cause: BaseException | None = None) -> None:
+        """Raise :class:`agentlab.runtime.db.DatabaseUnavailable` when the server no longer answers a fresh
+        connection (within ``db.CONNECT_TIMEOUT_S``): a run cannot go on without its database. A server
+        that answers "too many clients" (SQLSTATE 53300) is busy, not gone. Once gone, the event log
+        drops its rows rather than wait for a connection at close."""
+        exc = await self._probe()
+        if exc is not None:
+            self.events.abandon()
+            raise db.DatabaseUnavailable(
+                f"lost the database server during the run ({db._connect_reason(exc)}); what committed before "
+                "stays, the rest was not applied. Start it again (`python -m agentlab db start`), drop what the "
+                "run left (`python -m agentlab db clean`) and re-run"
+            ) from (cause or exc)
+
+    async def _probe(self) -> psycopg.Error | None:
+        try:
+            conn = await psycopg.AsyncConnection.connect(self.url, connect_timeout=db.CONNECT_TIMEOUT_S)
+            await conn.close()
+        except psycopg.Error as exc:
+            return None if _busy(exc) else exc
+        return None
+
+    async def watch_server(self, interval_s: float = WATCH_INTERVAL_S) -> None:
+        """Check every ``interval_s`` seconds that the server still takes a connection; never return,
+        raise :class:`agentlab.runtime.db.DatabaseUnavailable` once two tries in a row fail.
+
+        Run it beside long work (an experiment) so a stopped server ends the run in seconds, rather
+        than each episode in flight waiting out its pool timeout."""
+        while True:
+            await asyncio.sleep(interval_s)
+            if await self._probe() is not None:
+                await asyncio.sleep(0.2)
+                await self.ensure_reachable()
+
+    async def watched(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Await ``coro`` with :meth:`watch_server` beside it: if the server goes away first, ``coro`` is
+        cancelled and :class:`agentlab.runtime.db.DatabaseUnavailable` raised (within about two seconds)."""
+        work = asyncio.ensure_future(coro)
+        watchdog = asyncio.ensure_future(self.watch_server())
+        try:
+            await asyncio.wait({work, watchdog}, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done():
+                watchdog.result()  # the server is gone: raises
+            return await work
+        except BaseException:  # the server is gone, or this run was cancelled (Ctrl-C)
+            work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
+            raise
+        finally:
+            watchdog.cancel()
+            await asyncio.gather(watchdog, return_exceptions=True)
+
+    async def create_customers(self, scenario: Scenario, safeguards: Safeguards) -> list[int]:
+        """The scenario's customers, new rows in the schema ``safeguards`` writes to."""
+        async with self.pool.connection() as conn:
+            return await create_customers(conn, scenario.customers, safeguards.schema)
+
+    async def df(self, query: str, params: Any = ()):
+        """Rows of ``query`` on this database as a pandas DataFrame (for notebooks and reports)."""
+        import pandas as pd
+
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(query, params)
+            rows = await cur.fetchall()
+            columns = [d.name for d in cur.description] if cur.description else []
+        return pd.DataFrame(rows, columns=columns)
+
+    # ------------------------------------------------------------------ episodes
+
+    async def run_episode(self, scenario: Scenario | str, safeguards: Safeguards | str = "full", *, seed: int = 0,
+                          thread_id: str | None = None, durability: str = "async", drain: bool = True,
+                          model=None, graph=None) -> Episode:
+        """Play ``scenario`` under ``safeguards`` with the scripted model, then drain the outbox.
+
+        Errors that escape the graph (for example an infrastructure error past the retries) are
+        recorded in :attr:`Episode.error`, not raised: an experiment goes on.
+        """
+        scenario = get_scenario(scenario) if isinstance(scenario, str) else scenario
+        safeguards = preset(safeguards) if isinstance(safeguards, str) else safeguards
+        thread_id = thread_id or f"{scenario.name}-{uuid.uuid4().hex[:12]}"
+        t0 = time.perf_counter()
+        ids = await self.create_customers(scenario, safeguards)
+        model = model or ScriptedChatModel(script=scenario.script(ids), seed=seed)
+        graph = graph or self.graph(safeguards, model)
+        ep = Episode(scenario.name, safeguards.name, thread_id, seed, ids, safeguards.schema, scenario.tenant_id)
+        config = run_config(thread_id, tenant_id=scenario.tenant_id)
+        try:
+            state = await graph.ainvoke({"messages": [HumanMessage(scenario.prompt)]}, config, durability=durability)
+        except Exception as exc:
+            if is_infrastructure(exc):
+                await self.ensure_reachable(exc)
+            ep.error = f"{type(exc).__name__}: {exc}"
+            snapshot = await graph.aget_state(config) if graph.checkpointer is not None else None
+            state = snapshot.values if snapshot is not None else {}
+        ep.messages = list(state.get("messages", []))
+        ep.rollbacks_total = state.get("rollbacks_total", 0)
+        ep.escalated = bool(state.get("escalated", False))
+        if drain:
+            ep.drain = await self.worker.drain()
+        await self.events.flush()
+        ep.wall_ms = (time.perf_counter() - t0) * 1000
+        return ep
+
+    async def end_state(self, ep: Episode, opening_credit_cents: list[int] | None = None) -> dict[str, Any]:
+        """What the database and the provider hold for ``ep``'s customers, per customer position."""
+        schema = sql.Identifier(ep.schema)
+        q = sql.SQL(
+            "SELECT c.id, c.credit_cents,"
+            " (SELECT count(*) FROM {s}.invoices i WHERE i.customer_id = c.id),"
+            " (SELECT count(*) FROM {s}.credit_memos m WHERE m.customer_id = c.id),"
+            " (SELECT count(*) FROM {s}.refunds r WHERE r.customer_id = c.id)"
+            " FROM {s}.customers c WHERE c.id = ANY(%s)"
+        ).format(s=schema)
+        async with self.pool.connection() as conn:
+            rows = {r[0]: r for r in await (await conn.execute(q, (ep.customer_ids,))).fetchall()}
+            pay = await (await conn.execute(
+                "SELECT customer, kind, count(*) FROM provider.payments WHERE customer = ANY(%s) GROUP BY 1, 2",
+                ([customer_ref(i) for i in ep.customer_ids],),
+            )).fetchall()
+        payments = {(c, k): n for c, k, n in pay}
+        out = {"customers": []}
+        for pos, cid in enumerate(ep.customer_ids):
+            r = rows.get(cid)
+            out["customers"].append({
+                "customer_id": cid,
+                "opening_credit_cents": opening_credit_cents[pos] if opening_credit_cents else None,
+                "final_credit_cents": r[1] if r else None,
+                "invoices": r[2] if r else 0, "credit_memos": r[3] if r else 0, "refunds": r[4] if r else 0,
+                "provider_charges": payments.get((customer_ref(cid), "charge"), 0),
+                "provider_refunds": payments.get((customer_ref(cid), "refund"), 0),
+            })
+        return out
+
+
+def count_tool_calls(messages: list) -> int:
+    """Tool calls the model sent in ``messages``."""
+    return sum(len(m.tool_calls) for m in messages if isinstance(m, AIMessage))

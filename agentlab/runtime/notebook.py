@@ -1,0 +1,102 @@
+"""What a notebook's first cell needs: a fresh database, projector-sized charts, quiet logs.
+
+``h = await open_notebook("01")`` creates a database of the notebook's own (dropped when the kernel
+exits, so a notebook can be run again and again), opens a :class:`agentlab.runtime.harness.Harness` on it and
+prints one line that holds nothing machine-specific, so stored outputs stay valid under nbval.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+
+from agentlab.runtime import db
+from agentlab.runtime.harness import Harness
+
+PROJECTOR_STYLE = {
+    "figure.figsize": (10, 4.8),
+    "figure.dpi": 100,
+    "font.size": 13,
+    "axes.titlesize": 15,
+    "axes.labelsize": 13,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "legend.fontsize": 12,
+}
+
+
+def use_projector_style() -> None:
+    """Large fonts and a wide figure, readable on a projector."""
+    import matplotlib
+
+    matplotlib.rcParams.update(PROJECTOR_STYLE)
+
+
+async def open_notebook(name: str, *, keep: bool = False) -> Harness:
+    """A :class:`Harness` on a fresh database for notebook ``name`` (e.g. ``"01"``).
+
+    The database is dropped by ``await h.close()`` (the notebook's last cell) unless ``keep``, and, as a
+    fallback, when the kernel exits without it (a kernel killed outright, as nbval stops its kernels,
+    runs no exit hook: the last cell is what cleans up). Running the notebook again gives another
+    fresh one. Raises :class:`agentlab.runtime.db.DatabaseUnavailable` with one actionable line.
+    """
+    import pandas as pd
+
+    logging.getLogger("agentlab.core.events").setLevel(logging.ERROR)
+    # a pool discarding a connection a fault killed is expected here, and its message names an address
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+    use_projector_style()
+    honour_semicolons()
+    pd.set_option("display.max_colwidth", 90)
+    pd.set_option("display.width", 160)
+    h = await Harness.open(purpose=f"nb{name}", keep=keep)
+    if not keep:
+        atexit.register(_drop_quietly, h.url)
+    print(f"notebook {name}: a fresh database is ready")
+    return h
+
+
+def honour_semicolons(shell=None) -> bool:
+    """Make a trailing ``;`` hide a cell's value even when the cell runs with ``store_history=False``.
+
+    nbval (0.10 and later) runs every cell with ``store_history=False``; IPython then looks for the ``;``
+    in the last cell *stored* in its history, not the one running (ipython/ipython#14162,
+    computationalmodelling/nbval#194), so ``plt.plot(...);`` shows its value under nbval and not in
+    Jupyter, and a chart appears twice. This remembers each running cell (a ``pre_run_cell`` event) and
+    has the display hook read the ``;`` from it. Returns False outside IPython (nothing to do).
+    Idempotent: a notebook can call it in every first cell.
+    """
+    if shell is None:
+        try:
+            from IPython import get_ipython
+        except ImportError:
+            return False
+        shell = get_ipython()
+    if shell is None or getattr(shell.displayhook, "_agentlab_semicolons", False):
+        return shell is not None
+    hook, running = shell.displayhook, {"cell": None}
+    stored_quiet = hook.quiet
+
+    def remember(info) -> None:
+        running["cell"] = None if info.store_history else info.raw_cell
+
+    def quiet() -> bool:
+        cell = running["cell"]
+        if cell is None:
+            return stored_quiet()
+        try:
+            return hook.semicolon_at_end_of_expression(shell.transform_cell(cell))
+        except Exception:  # a cell the tokenizer cannot read: IPython's own answer
+            return stored_quiet()
+
+    shell.events.register("pre_run_cell", remember)
+    hook.quiet = quiet
+    hook._agentlab_semicolons = True
+    return True
+
+
+def _drop_quietly(url: str) -> None:
+    try:
+        db.drop_database(url)
+    except Exception:  # the server may already be gone at interpreter exit
+        pass

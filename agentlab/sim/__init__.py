@@ -1,0 +1,1 @@
+"""The simulated outside world: the scripted chat model, the fake payment provider, the notifier."""
