@@ -13,6 +13,9 @@ _EXPORTS = {
     "bench.suite": (
         "run_bench",
     ),
+    "core.domain": (
+        "Domain", "Invariant", "InvariantContext", "Migration", "Violation", "migrate_domain",
+    ),
     "core.errors": (
         "AgentlabError", "Category", "DomainError", "IdempotencyConflict", "NotFound", "ProviderTimeout",
         "ProviderUnavailable", "RULES", "SimulatedCrash", "ToolError", "UnknownTool", "find_leaks",
@@ -31,13 +34,17 @@ _EXPORTS = {
         "unanswered_tool_calls",
     ),
     "core.outbox": (
-        "DrainStats", "NOTIFY_TOPIC", "OutboxWorker", "outbox_counts",
+        "CHARGE_TOPIC", "DrainStats", "NOTIFY_TOPIC", "OutboxWorker", "REFUND_TOPIC", "enqueue", "outbox_counts",
+        "send_payment",
     ),
     "core.safeguards": (
         "PRESETS", "PRESET_NOTES", "Policy", "Safeguards", "preset",
     ),
     "core.tools_node": (
         "BatchResult", "CallResult", "Outcome", "TransactionalToolsNode", "idempotency_key",
+    ),
+    "core.scenario": (
+        "C", "PlannedCall", "Scenario",
     ),
     "core.toolspec": (
         "StrictArgs", "ToolContext", "ToolSpec", "Toolset", "tool",
@@ -53,7 +60,7 @@ _EXPORTS = {
         "episode_report",
     ),
     "domains.billing.scenarios": (
-        "C", "CustomerSpec", "Intended", "PlannedCall", "SCENARIOS", "Scenario", "get_scenario",
+        "CustomerSpec", "Intended", "SCENARIOS", "get_scenario",
     ),
     "domains.billing.tools": (
         "Cents", "CustomerId", "TOOLS", "charge_dedupe_key", "get_tool", "tool_schemas",
@@ -85,6 +92,9 @@ _EXPORTS = {
     "lab.charts": (
         "experiment_heatmap", "heatmap",
     ),
+    "lab.checks": (
+        "check_invariant",
+    ),
     "lab.experiments": (
         "ExperimentResult", "run_experiment", "safeguard_effects", "summarize",
     ),
@@ -92,7 +102,7 @@ _EXPORTS = {
         "FAMILIES", "FAULTS", "Fault", "fault_table", "get_fault",
     ),
     "lab.invariants": (
-        "KINDS", "Violation", "check_episode", "check_messages", "count_by_kind",
+        "KINDS", "check_episode", "check_messages", "count_by_kind",
     ),
     "lab.ladder": (
         "ladder_chart", "rung_table",

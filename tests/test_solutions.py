@@ -281,3 +281,18 @@ async def test_ex15_1_each_seed_customer_is_seen_by_its_own_tenant_only(harness,
 async def test_ex15_2_hidden_rows_are_silent_and_a_foreign_tenant_row_is_refused(harness, tenant, expected):
     assert await ex15_tenancy.write_as(harness, tenant, 3, "globex") == expected
     assert (await harness.df("SELECT credit_cents FROM customers WHERE id = 3")).credit_cents[0] == 7500  # rolled back
+
+
+async def test_ex16_1_the_learners_invariant_is_checked_on_a_clean_and_a_broken_episode(capsys):
+    from agentlab import check_invariant
+    from examples.payouts import DOMAIN
+    from solutions.ex16_byo_tool import no_payout_without_its_intent
+
+    async def stub(ctx) -> list[str]:
+        return []
+
+    assert await check_invariant(no_payout_without_its_intent, DOMAIN, fault="backend_killed", preset="ledger")
+    assert capsys.readouterr().out.count("passed:") == 2
+    assert not await check_invariant(stub, DOMAIN, fault="backend_killed", preset="ledger")
+    out = capsys.readouterr().out
+    assert "passed: a clean episode" in out and "FAILED: backend_killed under ledger is reported (0 line(s))" in out

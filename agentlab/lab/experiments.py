@@ -25,12 +25,14 @@ import random
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentlab.runtime import db
-from agentlab.core.errors import is_infrastructure
-from agentlab.lab.faults import FAULTS, get_fault
+from agentlab.core.errors import DomainError, is_infrastructure
+from agentlab.lab.faults import FAULTS, fault_scenarios, faults_for, get_fault
+from agentlab.runtime.domains import resolve_domain
 from agentlab.runtime.harness import Harness
 from agentlab.lab.invariants import KINDS, count_by_kind
 from agentlab.lab.runner import FaultRun, Lab
@@ -54,10 +56,16 @@ def episode_seed(seed: int, episode: int) -> int:
     return random.Random(f"agentlab:{seed}:{episode}").randrange(2**31)
 
 
+def kinds_of(rows: "pd.DataFrame") -> list[str]:
+    """The violation kinds ``rows`` count: :data:`KINDS`, then any a domain's own invariants added."""
+    return [*KINDS, *(c for c in rows.columns if c not in ROW_COLUMNS)]
+
+
 def row(run: FaultRun, episode: int) -> dict[str, Any]:
     """One DataFrame row for a checked episode."""
     ep = run.episode
     kinds = count_by_kind(run.violations)
+    kinds.update(Counter(v.kind for v in run.violations if v.kind not in kinds))  # a domain's own kinds
     return {"preset": run.preset, "fault": run.fault, "scenario": run.scenario.name, "episode": episode,
             "seed": ep.seed, "rollbacks": ep.rollbacks_total, "escalated": ep.escalated, "crashed": run.crashed,
             "error": ep.error, "violations": len(run.violations), **kinds, "wall_ms": round(ep.wall_ms, 3)}
@@ -104,7 +112,7 @@ class ExperimentResult:
 
     def by_kind(self) -> pd.DataFrame:
         """Violations per (fault, preset) and kind."""
-        return self.rows.groupby(["fault", "preset"], sort=False)[list(KINDS)].sum()
+        return self.rows.groupby(["fault", "preset"], sort=False)[kinds_of(self.rows)].sum()
 
     def safeguard_effects(self) -> pd.DataFrame:
         """What each safeguard buys: for every rung of the ladder, the (fault, kind) cells where the preset
@@ -157,7 +165,8 @@ def safeguard_effects(rows: pd.DataFrame, presets: Sequence[str] | None = None) 
     """For each adjacent pair of ``presets`` (a ladder), the (fault, kind) cells that go from some
     violations below to none at the rung. Columns: safeguard (the rung), fault, kind, below, at."""
     presets = list(presets or dict.fromkeys(rows["preset"]))
-    sums = rows.groupby(["preset", "fault"])[list(KINDS)].sum()
+    kinds = kinds_of(rows)
+    sums = rows.groupby(["preset", "fault"])[kinds].sum()
     out = []
     for lower, upper in zip(presets, presets[1:]):
         cells = []
@@ -165,7 +174,7 @@ def safeguard_effects(rows: pd.DataFrame, presets: Sequence[str] | None = None) 
             if (lower, fault) not in sums.index or (upper, fault) not in sums.index:
                 continue
             meant = any(w in FAULTS[fault].guarded_by for w in RUNG_GUARDS.get(upper, ())) if fault in FAULTS else False
-            for kind in KINDS:
+            for kind in kinds:
                 below, at = int(sums.loc[(lower, fault), kind]), int(sums.loc[(upper, fault), kind])
                 if below > 0 and at == 0:
                     cells.append((not meant, {"safeguard": upper, "fault": fault, "kind": kind, "below": below,
@@ -187,7 +196,7 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
                          faults: Iterable[str] | None = None, *, seed: int = 0,
                          concurrency: int = DEFAULT_CONCURRENCY, progress: bool | None = None,
                          url: str | None = None, durability: str | None = None,
-                         fast_commit: bool = True, workers: int = 1) -> ExperimentResult:
+                         fast_commit: bool = True, workers: int = 1, domain=None) -> ExperimentResult:
     """Run ``episodes`` episodes for every (fault, preset) pair and check each.
 
     Args:
@@ -202,7 +211,10 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
         durability: force one LangGraph durability for every episode (default: per fault, see :mod:`agentlab.lab.runner`).
         fast_commit: ``synchronous_commit = off`` for the fresh experiment database (ignored with ``url``).
         workers: processes running the episodes (:mod:`agentlab.lab.parallel`); 1 runs them in this process.
-            The rows are the same for any number.
+            The rows are the same for any number. A domain other than billing runs in this process.
+        domain: the domain to run (a :class:`agentlab.core.domain.Domain`, ``"billing"`` (default) or
+            ``"package.module:NAME"``); the faults default to those that fit it
+            (:func:`agentlab.lab.faults.faults_for`), and its own invariant kinds get a column each.
 
     Raises:
         ValueError: an unknown preset or fault name; ``episodes``, ``concurrency`` or ``workers`` below 1.
@@ -217,20 +229,30 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
     if len(by_name) != len(chosen):
         raise ValueError("presets must have distinct names (give a custom Safeguards value its own name=)")
     presets = tuple(by_name)
-    faults = tuple(faults or FAULTS)
+    domain = resolve_domain(domain)
+    faults = tuple(faults or faults_for(domain))
     fault_objs = [get_fault(f) for f in faults]
+    for f in fault_objs:
+        fault_scenarios(f, domain)  # a fault that does not fit the domain: ValueError before any episode
+    if domain.name != "billing":
+        workers = 1
     jobs = [(i, f, p) for i in range(episodes) for f in faults for p in presets]
     workers = max(1, min(workers, len(jobs)))
     created = url is None
     if created:
-        url = await asyncio.to_thread(db.create_database, "chaos")
+        url = await asyncio.to_thread(db.create_database, "chaos", domain)
         if fast_commit:
             await asyncio.to_thread(_fast_commit, url)
     try:
-        h = await Harness.open(url, pool_max=max(8, concurrency // 4 + 8))  # fault controllers, the checker
+        h = await Harness.open(url, pool_max=max(8, concurrency // 4 + 8), domain=domain)  # fault controllers, checker
     except BaseException:
         if created:
             await asyncio.to_thread(db.drop_database, url)
+        raise
+    try:
+        await preflight(h, domain)
+    except BaseException as exc:
+        await _close_quietly(h, url if created else None, exc)
         raise
     bar = _progress(len(jobs), progress)
     try:
@@ -259,11 +281,31 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
         await asyncio.to_thread(db.drop_database, url)
     import pandas as pd
 
-    rows = pd.DataFrame(results, columns=list(ROW_COLUMNS))
+    extra = list(dict.fromkeys(k for r in results for k in r if k not in ROW_COLUMNS))  # a domain's own kinds
+    rows = pd.DataFrame(results, columns=[*ROW_COLUMNS[:-1], *extra, ROW_COLUMNS[-1]])
+    if extra:
+        rows[extra] = rows[extra].fillna(0).astype(int)
     order = {f: n for n, f in enumerate(faults)}, {p: n for n, p in enumerate(presets)}
     rows = rows.sort_values(["fault", "preset", "episode"], key=lambda s: s.map(order[0]) if s.name == "fault"
                             else s.map(order[1]) if s.name == "preset" else s).reset_index(drop=True)
     return ExperimentResult(rows, wall_s, seed, episodes, presets, faults, cpu_s, workers)
+
+
+async def preflight(h: Harness, domain) -> None:
+    """Run each of ``domain``'s invariants once on the fresh database (no episode rows yet), so that an
+    invariant that raises is found before any episode. Raises DomainError naming it."""
+    from agentlab.core.domain import InvariantContext
+
+    if not domain.invariants:
+        return
+    scenario = next(iter(domain.scenarios.values()), None)
+    async with h.pool.connection() as conn:
+        for inv in domain.invariants:
+            try:
+                await inv.check(InvariantContext(conn, "preflight", [], "public", scenario, []))
+            except Exception as exc:
+                raise DomainError(f"domain {domain.name!r}: invariant {inv.kind!r} raised "
+                                  f"{type(exc).__name__}: {exc} (on a fresh database, before any episode)") from exc
 
 
 async def run_jobs(h: Harness, jobs: Sequence[tuple[int, str, str]], by_name: dict[str, Safeguards], *, seed: int,
@@ -289,6 +331,8 @@ async def run_jobs(h: Harness, jobs: Sequence[tuple[int, str, str]], by_name: di
             try:
                 run = await lab.run(f, by_name[p], seed=episode_seed(seed, i), durability=durability)
                 results.append(row(run, i))
+            except DomainError:
+                raise  # a wrong domain is the user's to fix, not a row of the table
             except Exception as exc:  # the lab itself failed: keep the experiment, show the row
                 if is_infrastructure(exc):
                     await h.ensure_reachable(exc)  # no server: DatabaseUnavailable ends the experiment
@@ -410,6 +454,8 @@ def png_path(text: str) -> str:
 
 def add_arguments(parser) -> None:
     """The ``chaos`` subcommand's options."""
+    parser.add_argument("--domain", default="billing", metavar="DOMAIN",
+                        help="the domain to run: billing (default), or package.module:NAME for your own")
     parser.add_argument("--episodes", type=positive_int, default=10, help="episodes per fault and preset (default 10)")
     parser.add_argument("--presets", nargs="+", choices=list(PRESETS), default=None, metavar="PRESET",
                         help=f"presets to compare (default: all: {' '.join(PRESETS)})")
@@ -435,11 +481,21 @@ def main(args) -> int:
         logging.getLogger(name).setLevel(logging.ERROR)
     from agentlab.lab.parallel import default_workers, run_loop
 
-    cells = len(args.presets or PRESETS) * len(args.faults or FAULTS)
+    from agentlab.core.errors import DomainError
+
+    try:
+        domain = resolve_domain(args.domain)
+        faults = args.faults or faults_for(domain)
+        for f in faults:
+            fault_scenarios(get_fault(f), domain)
+    except (DomainError, ValueError) as exc:
+        print(f"agentlab chaos: {exc}", file=sys.stderr)
+        return 2
+    cells = len(args.presets or PRESETS) * len(faults)
     workers = args.workers if args.workers is not None else default_workers(args.episodes * cells)
     result = run_loop(run_experiment(
-        args.episodes, args.presets, args.faults, seed=args.seed, concurrency=args.concurrency,
-        progress=False if (args.no_progress or args.json) else None, workers=max(1, workers),
+        args.episodes, args.presets, faults, seed=args.seed, concurrency=args.concurrency,
+        progress=False if (args.no_progress or args.json) else None, workers=max(1, workers), domain=domain,
     ))
     print(json.dumps(result.to_json(), default=str) if args.json else render(result), flush=True)
     if args.plot:  # after the table: a plot that cannot be written loses no result

@@ -555,6 +555,30 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
 )}
 
 
+GENERIC_FAULTS = ("none", "backend_killed", "crash_before_checkpoint", "crash_mid_node")
+"""Faults that need nothing of a domain but its tools node: they fit every domain and scenario."""
+
+
+def faults_for(domain) -> tuple[str, ...]:
+    """The names of the catalog's faults that fit ``domain`` (an :class:`agentlab.core.domain.Domain`):
+    every fault for billing (the catalog was written for it), else the generic faults plus the ones the
+    domain lists in ``faults``."""
+    if domain is None or domain.name == "billing":
+        return tuple(FAULTS)
+    return tuple(dict.fromkeys((*GENERIC_FAULTS, *(domain.faults or ()))))
+
+
+def fault_scenarios(fault: Fault, domain) -> tuple[str, ...]:
+    """The scenarios of ``domain`` an episode under ``fault`` may play. Raises ValueError when the fault
+    does not fit the domain."""
+    if domain is None or domain.name == "billing":
+        return fault.scenarios
+    if fault.name not in faults_for(domain):
+        raise ValueError(f"fault {fault.name!r} does not fit domain {domain.name!r}; its faults: "
+                         f"{', '.join(faults_for(domain))}")
+    return tuple(domain.scenarios)
+
+
 def get_fault(name: str) -> Fault:
     """The named fault. Raises ValueError naming the known faults."""
     try:

@@ -44,6 +44,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, ToolMessage
 from psycopg import sql
 
+from agentlab.core.domain import Violation
 from agentlab.core.errors import find_leaks
 from agentlab.sim.model import classify
 from agentlab.sim.provider import customer_ref
@@ -88,15 +89,6 @@ SELECT (SELECT coalesce(json_agg(json_build_array(c.id, c.tenant_id, c.credit_ce
 
 _CREATES = {"CreateInvoice": ("invoice", "billing_period"), "CreateCreditMemo": ("credit_memo", "reference"),
             "QueueRefund": ("refund", "reference")}
-
-
-@dataclass(frozen=True)
-class Violation:
-    """One broken invariant: its kind (one of :data:`KINDS`), the thread, and a one-line detail."""
-
-    kind: str
-    thread_id: str
-    detail: str
 
 
 @dataclass(frozen=True)
@@ -192,9 +184,14 @@ def applied_calls(messages: list) -> list[dict]:
 
 # --------------------------------------------------------------------------- the whole episode
 
-async def check_episode(pool, ep, scenario: Scenario, safeguards: Safeguards) -> list[Violation]:
+async def check_episode(pool, ep, scenario: Scenario, safeguards: Safeguards, domain=None) -> list[Violation]:
     """Every violation of episode ``ep`` (an :class:`agentlab.runtime.harness.Episode`) of ``scenario``
-    under ``safeguards``, from the database, the provider's records and ``ep.messages``."""
+    under ``safeguards``, from the database, the provider's records and ``ep.messages``.
+
+    For billing (``domain`` None or billing) the checks below; for another domain the generic
+    invariants (:func:`check_generic`) and the domain's own (``domain.invariants``)."""
+    if domain is not None and domain.name != "billing":
+        return await check_domain_episode(pool, ep, scenario, safeguards, domain)
     records, ledger = await read_records(pool, ep.schema, ep.customer_ids, ep.thread_id)
     opening = {cid: spec.credit_cents for cid, spec in zip(ep.customer_ids, scenario.customers)}
     async with pool.connection() as conn:
@@ -290,3 +287,54 @@ def count_by_kind(violations: Iterable[Violation]) -> dict[str, int]:
     """``{kind: count}`` for every kind in :data:`KINDS` (zeros included), in that order."""
     counts = Counter(v.kind for v in violations)
     return {k: counts.get(k, 0) for k in KINDS}
+
+
+# --------------------------------------------------------------------------- any domain
+
+LEDGER_OF_THREAD = "SELECT tool_call_id FROM tool_executions WHERE thread_id = %s"
+PAYMENTS_OF_THREAD = """
+SELECT o.dedupe_key, o.status, (SELECT count(*) FROM provider.payments p WHERE p.reference = o.dedupe_key)
+FROM outbox o WHERE o.thread_id = %s ORDER BY o.id
+"""
+
+
+async def check_generic(pool, ep, safeguards: Safeguards) -> list[Violation]:
+    """The invariants every domain gets from what it declares: unanswered_call, leak and
+    half_applied_batch (the message history), ledger_mismatch (the ledger against the calls reported
+    applied, under the ledger), payment_count (each outbox intent of the thread paid exactly once at
+    the provider once drained)."""
+    tid = ep.thread_id
+    out = check_messages(ep.messages, tid, safeguards)
+    async with pool.connection() as conn:
+        ledger = {r[0] for r in await (await conn.execute(LEDGER_OF_THREAD, (tid,))).fetchall()}
+        payments = await (await conn.execute(PAYMENTS_OF_THREAD, (tid,))).fetchall()
+    if safeguards.ledger:
+        applied = {tc["id"] for tc in applied_calls(ep.messages)}
+        out += [Violation("ledger_mismatch", tid, f"ledger row for {c}, not reported applied") for c in sorted(ledger - applied)]
+        out += [Violation("ledger_mismatch", tid, f"{c} reported applied, no ledger row") for c in sorted(applied - ledger)]
+    for key, status, paid in payments:
+        if status == "dispatched" and paid != 1:
+            out.append(Violation("payment_count", tid, f"intent {key}: {paid} payments at the provider, intended 1"))
+    return out
+
+
+async def check_domain_episode(pool, ep, scenario, safeguards: Safeguards, domain) -> list[Violation]:
+    """:func:`check_generic` plus each of ``domain.invariants`` (read from the database).
+
+    Raises:
+        agentlab.core.errors.DomainError: an invariant raised (a domain bug, not a violation).
+    """
+    from agentlab.core.domain import InvariantContext
+    from agentlab.core.errors import DomainError
+
+    out = await check_generic(pool, ep, safeguards)
+    async with pool.connection() as conn:
+        ctx = InvariantContext(conn, ep.thread_id, list(ep.customer_ids), ep.schema, scenario, list(ep.messages))
+        for inv in domain.invariants:
+            try:
+                details = await inv.check(ctx)
+            except Exception as exc:
+                raise DomainError(f"domain {domain.name!r}: invariant {inv.kind!r} raised "
+                                  f"{type(exc).__name__}: {exc}") from exc
+            out += [Violation(inv.kind, ep.thread_id, d) for d in details]
+    return out

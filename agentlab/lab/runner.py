@@ -47,7 +47,7 @@ from agentlab.sim.model import ScriptedChatModel
 from agentlab.core.tools_node import TransactionalToolsNode
 from agentlab.core.outbox import DrainStats, OutboxWorker
 from agentlab.core.safeguards import Safeguards, preset
-from agentlab.domains.billing.scenarios import Scenario, create_customers, get_scenario
+from agentlab.domains.billing.scenarios import Scenario
 
 
 class CrashableSaver(AsyncPostgresSaver):
@@ -326,23 +326,24 @@ class Lab:
                 from a checkpoint, else ``"exit"``.
             check: run the invariant checker (else ``violations`` is empty).
         """
-        from agentlab.lab.faults import get_fault
+        from agentlab.lab.faults import fault_scenarios, get_fault
 
         await self.start()
         fault = get_fault(fault) if isinstance(fault, str) else fault
         sg = fault.episode_safeguards(preset(safeguards) if isinstance(safeguards, str) else safeguards)
         await self.install(fault)
         rng = random.Random(f"{seed}:{fault.name}")
+        domain = self.harness.domain
         if scenario is None:
-            scenario = rng.choice(fault.scenarios)
-        base = get_scenario(scenario) if isinstance(scenario, str) else scenario
+            scenario = rng.choice(fault_scenarios(fault, domain))
+        base = self.harness.scenario(scenario)
         sc = fault.prepare(base.clean(), rng)
         durability = durability or ("sync" if fault.resumes_graph(sg) else "exit")
         h, process = self.harness, self.process
         t0 = time.perf_counter()
         thread_id = f"{fault.name}-{sg.name}-{uuid.uuid4().hex[:12]}"
         async with process.pool.connection() as conn:
-            ids = await create_customers(conn, sc.customers, sg.schema)
+            ids = await domain.create_rows(conn, sc, sg.schema)
         node = process.node(sg)
         worker = OutboxWorker(process.pool, h.provider, thread_id=thread_id)
         run = EpisodeRun(h, process, fault, sg, sc, seed, thread_id, ids, node, worker, rng)
@@ -381,7 +382,7 @@ class Lab:
         ep.messages = list(state.get("messages", []))
         ep.rollbacks_total = state.get("rollbacks_total", 0)
         ep.escalated = bool(state.get("escalated", False))
-        violations = await check_episode(h.pool, ep, sc, sg) if check else []
+        violations = await check_episode(h.pool, ep, sc, sg, domain) if check else []
         ep.wall_ms = (time.perf_counter() - t0) * 1000
         return FaultRun(fault.name, sg.name, sc, sg, ep, run.crashed, run.worker_crashed, run.notes, violations,
                         durability)

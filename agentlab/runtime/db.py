@@ -34,8 +34,13 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from typing import TYPE_CHECKING
+
 from agentlab.core.errors import AgentlabError
 from agentlab.core.redact import redact
+
+if TYPE_CHECKING:
+    from agentlab.core.domain import Domain
 
 log = logging.getLogger(__name__)
 
@@ -269,27 +274,51 @@ def admin_connection():
 
 # --------------------------------------------------------------------------- databases
 
-def template_name() -> str:
-    """Name of the template database for the current migration list (changes when it changes)."""
+def template_name(domain: "Domain | None" = None) -> str:
+    """Name of the template database for the current migration list (changes when it changes), or of
+    ``domain``'s template (the core template plus the domain's migrations and seed) when it has any."""
     from agentlab.core import schema
 
     digest = hashlib.sha256(schema.fingerprint().encode()).hexdigest()[:10]
+    if domain is not None and (domain.migrations or domain.seed is not None):
+        return f"{DB_PREFIX}tpl_{digest}_{domain.name[:16]}_{domain.fingerprint()[:8]}"
     return f"{DB_PREFIX}tpl_{digest}"
 
 
-def ensure_template() -> str:
-    """Build the template database if it is missing (migrations, seed, checkpointer tables).
+def ensure_template(domain: "Domain | None" = None) -> str:
+    """Build the template database (once per server and migration list; concurrent callers wait for
+    one build) and, for ``domain`` with migrations or seed data, its own template on top; return its name.
 
     Safe across processes: builds are serialized by an advisory lock and a half-built template is
     built under another name and renamed only when complete. It is marked ``IS_TEMPLATE``, so any
     role with ``CREATEDB`` on a shared server can copy it, whoever built it.
 
     Raises:
-        DatabaseUnavailable: no server, or the role may not create databases (or join the agent role).
+        DatabaseUnavailable: no server, or the role may not create databases.
+        agentlab.core.errors.DomainError: a domain migration fails or was edited (:func:`migrate_domain`).
     """
     from agentlab.core import schema
 
-    name = template_name()
+    core = _ensure(template_name(), None, schema.build_template)
+    name = template_name(domain)
+    if name == core:
+        return core
+    return _ensure(name, core, lambda url: _build_domain_template(url, domain))
+
+
+def _build_domain_template(url: str, domain: "Domain") -> None:
+    from agentlab.core.domain import migrate_domain
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        migrate_domain(conn, domain)
+        if domain.seed is not None:
+            with conn.transaction():
+                domain.seed(conn)
+        conn.execute("ANALYZE")
+
+
+def _ensure(name: str, source: str | None, build) -> str:
+    """Create template database ``name`` (empty, or a copy of template ``source``) with ``build(url)``."""
     with admin_connection() as conn:
         if _exists(conn, name):
             return name
@@ -299,8 +328,12 @@ def ensure_template() -> str:
             if _exists(conn, name):
                 return name
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(building)))
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(building)))
-            schema.build_template(with_dbname(server_url(), building))
+            if source is None:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(building)))
+            else:
+                conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(building),
+                                                                              sql.Identifier(source)))
+            build(with_dbname(server_url(), building))
             conn.execute(
                 sql.SQL("ALTER DATABASE {} RENAME TO {}").format(sql.Identifier(building), sql.Identifier(name))
             )
@@ -325,17 +358,19 @@ def _exists(conn: psycopg.Connection, name: str) -> bool:
     return conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is not None
 
 
-def create_database(purpose: str = "scratch") -> str:
-    """Create a fresh database ``agentlab_<purpose>_<random>`` from the template; return its conninfo.
+def create_database(purpose: str = "scratch", domain: "Domain | None" = None) -> str:
+    """Create a fresh database ``agentlab_<purpose>_<random>`` from the template (``domain``'s own when
+    it has migrations or seed data); return its conninfo.
 
     Args:
         purpose: a short word for the name (letters, digits, underscore), e.g. ``"demo"``, ``"test"``.
+        domain: an :class:`agentlab.core.domain.Domain` (default: the core template, which holds billing).
 
     Raises:
         DatabaseUnavailable: no server.
     """
     purpose = re.sub(r"[^a-z0-9_]", "_", purpose.lower())[:20] or "scratch"
-    template = ensure_template()
+    template = ensure_template(domain)
     name = f"{DB_PREFIX}{purpose}_{secrets.token_hex(4)}"
     with admin_connection() as conn:
         for attempt in range(20):

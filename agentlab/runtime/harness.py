@@ -26,19 +26,20 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from agentlab.core.domain import Domain
 from agentlab.runtime import db
+from agentlab.runtime.domains import resolve_domain
 from agentlab.core.errors import is_infrastructure
 from agentlab.core.events import EventLog
 from agentlab.core.graph import build_graph, run_config
 from agentlab.core.messages import unanswered_tool_calls
-from agentlab.domains.billing.tools import TOOLS
 from agentlab.sim.model import ScriptedChatModel
 from agentlab.core.tools_node import TransactionalToolsNode
 from agentlab.sim.notifier import FakeNotifier
 from agentlab.core.outbox import DrainStats, OutboxWorker
 from agentlab.sim.provider import Clock, FakePaymentProvider, customer_ref
 from agentlab.core.safeguards import Safeguards, preset
-from agentlab.domains.billing.scenarios import Scenario, create_customers, get_scenario
+from agentlab.domains.billing.scenarios import Scenario
 
 
 POOL_TIMEOUT_S = 10.0  # how long a borrower waits for a connection before PoolTimeout
@@ -89,7 +90,8 @@ class Harness:
     """Resources on one database. Build with :meth:`open`; close with ``await h.close()`` or ``async with``."""
 
     def __init__(self, url: str, *, owns_database: bool, keep: bool = False, behind_pooler: bool = False,
-                 pool_max: int = 8, clock: Clock | None = None):
+                 pool_max: int = 8, clock: Clock | None = None, domain: Domain | str | None = None):
+        self.domain = resolve_domain(domain)
         self.url = url
         self.owns_database = owns_database
         self.keep = keep
@@ -102,20 +104,24 @@ class Harness:
         self.notifier = FakeNotifier(url, clock=self.provider.clock)
         self.worker = OutboxWorker(self.pool, self.provider, notifier=self.notifier)
         self.events = EventLog(self.pool)
-        self.toolset = TOOLS
+        self.toolset = self.domain.toolset
 
     @classmethod
     async def open(cls, url: str | None = None, *, purpose: str = "run", keep: bool = False,
-                   behind_pooler: bool = False, pool_max: int = 8, clock: Clock | None = None) -> "Harness":
-        """Open on ``url``, or on a fresh database made for ``purpose`` (dropped on close unless ``keep``).
+                   behind_pooler: bool = False, pool_max: int = 8, clock: Clock | None = None,
+                   domain: Domain | str | None = None) -> "Harness":
+        """Open on ``url``, or on a fresh database made for ``purpose`` (dropped on close unless ``keep``),
+        for ``domain`` (a :class:`agentlab.core.domain.Domain`, a name such as ``"billing"``, the default,
+        or ``"package.module:NAME"``): its tools, scenarios and, in a fresh database, its schema and seed.
 
         Raises:
             agentlab.runtime.db.DatabaseUnavailable: no server.
         """
         owns = url is None
         if owns:
-            url = await asyncio.to_thread(db.create_database, purpose)
-        h = cls(url, owns_database=owns, keep=keep, behind_pooler=behind_pooler, pool_max=pool_max, clock=clock)
+            url = await asyncio.to_thread(db.create_database, purpose, resolve_domain(domain))
+        h = cls(url, owns_database=owns, keep=keep, behind_pooler=behind_pooler, pool_max=pool_max, clock=clock,
+                domain=domain)
         try:
             await h.ensure_reachable()  # a server that is gone fails here at once, not after the pools' wait
             await h.watched(h._open_pools())
@@ -216,9 +222,14 @@ class Harness:
             await asyncio.gather(watchdog, return_exceptions=True)
 
     async def create_customers(self, scenario: Scenario, safeguards: Safeguards) -> list[int]:
-        """The scenario's customers, new rows in the schema ``safeguards`` writes to."""
+        """The scenario's own rows (billing: its customers), new rows in the schema ``safeguards`` writes
+        to, made by the domain's ``create_rows``; their ids in order."""
         async with self.pool.connection() as conn:
-            return await create_customers(conn, scenario.customers, safeguards.schema)
+            return await self.domain.create_rows(conn, scenario, safeguards.schema)
+
+    def scenario(self, name: "Scenario | str"):
+        """The domain's scenario ``name`` (a scenario value is returned as is). Raises ValueError."""
+        return self.domain.get_scenario(name) if isinstance(name, str) else name
 
     async def df(self, query: str, params: Any = ()):
         """Rows of ``query`` on this database as a pandas DataFrame (for notebooks and reports)."""
@@ -240,7 +251,7 @@ class Harness:
         Errors that escape the graph (for example an infrastructure error past the retries) are
         recorded in :attr:`Episode.error`, not raised: an experiment goes on.
         """
-        scenario = get_scenario(scenario) if isinstance(scenario, str) else scenario
+        scenario = self.scenario(scenario)
         safeguards = preset(safeguards) if isinstance(safeguards, str) else safeguards
         thread_id = thread_id or f"{scenario.name}-{uuid.uuid4().hex[:12]}"
         t0 = time.perf_counter()

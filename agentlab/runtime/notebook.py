@@ -32,8 +32,9 @@ def use_projector_style() -> None:
     matplotlib.rcParams.update(PROJECTOR_STYLE)
 
 
-async def open_notebook(name: str, *, keep: bool = False) -> Harness:
-    """A :class:`Harness` on a fresh database for notebook ``name`` (e.g. ``"01"``).
+async def open_notebook(name: str, *, keep: bool = False, domain=None) -> Harness:
+    """A :class:`Harness` on a fresh database for notebook ``name`` (e.g. ``"01"``), for ``domain`` (a
+    :class:`agentlab.core.domain.Domain` or its name; default billing).
 
     The database is dropped by ``await h.close()`` (the notebook's last cell) unless ``keep``, and, as a
     fallback, when the kernel exits without it (a kernel killed outright, as nbval stops its kernels,
@@ -49,7 +50,7 @@ async def open_notebook(name: str, *, keep: bool = False) -> Harness:
     honour_semicolons()
     pd.set_option("display.max_colwidth", 90)
     pd.set_option("display.width", 160)
-    h = await Harness.open(purpose=f"nb{name}", keep=keep)
+    h = await Harness.open(purpose=f"nb{name}", keep=keep, domain=domain)
     if not keep:
         atexit.register(_drop_quietly, h.url)
     print(f"notebook {name}: a fresh database is ready")

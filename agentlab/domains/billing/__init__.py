@@ -1,1 +1,22 @@
-"""The billing domain: customers, invoices, credit memos and refunds."""
+"""The billing domain: customers with store credit, invoices, credit memos and refunds (the refund story).
+
+Its tables live in ``public`` (every constraint) and ``lax`` (the same columns without them); they were
+the kit's first schema and stay in the core's migration list (:mod:`agentlab.core.schema`), so a
+billing database is the core template itself. :data:`DOMAIN` is what the Harness, the failure lab and
+``python -m agentlab chaos --domain billing`` (the default) take.
+"""
+
+from agentlab.core.domain import Domain
+from agentlab.domains.billing.scenarios import SCENARIOS, create_customers
+from agentlab.domains.billing.tools import TOOLS
+
+
+async def create_rows(conn, scenario, schema: str) -> list[int]:
+    """The scenario's customers, new rows in ``schema``; their ids in order."""
+    return await create_customers(conn, scenario.customers, schema)
+
+
+DOMAIN = Domain(
+    name="billing", toolset=TOOLS, scenarios=SCENARIOS, create_rows=create_rows,
+    description="store credit, invoices, credit memos and refunds paid through the outbox",
+)
