@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import AIMessage, ToolMessage
 
 from agentlab.lab.batches import customer_rows
-from agentlab.lab.faults import get_fault
+from agentlab.lab.faults import fault_scenarios, get_fault
 from agentlab.lab.runner import FaultRun, Lab
 from agentlab.sim.provider import customer_ref
 from agentlab.core.safeguards import Safeguards, preset
@@ -214,12 +214,7 @@ async def read_result(h: Harness, run: FaultRun, seed: int) -> LabResult:
     ep = run.episode
     events = await h.df(CALL_EVENTS, (ep.thread_id,))
     tool_messages, rollbacks = message_frames(ep.messages, commit_rolled_back_calls(events, ep.messages))
-    rows = await customer_rows(h, ep.customer_ids, schema=ep.schema)
-    paid = await h.df(PAYMENTS, ([customer_ref(c) for c in ep.customer_ids],))
-    by_ref = {r.customer: r for r in paid.itertuples()}
-    for col in ("provider_charges", "provider_refunds"):
-        rows[col] = [int(getattr(by_ref[customer_ref(c)], col)) if customer_ref(c) in by_ref else 0
-                     for c in rows["customer_id"]]
+    rows = await affected_rows(h, ep)
     violations = pd.DataFrame([(v.kind, v.detail) for v in run.violations], columns=["kind", "detail"])
     ledger = await h.df(LEDGER_ROWS, (ep.thread_id,))
     sent = {tc["id"]: n for n, tc in enumerate(tc for m in ep.messages if isinstance(m, AIMessage)
@@ -234,12 +229,33 @@ async def read_result(h: Harness, run: FaultRun, seed: int) -> LabResult:
     )
 
 
-def check_choice(fault: str, scenario: str | None) -> None:
-    """Raise ValueError when ``fault`` is unknown or does not fit ``scenario`` (a fault acts on the calls
-    or rows of the scenarios it lists)."""
+async def affected_rows(h: Harness, ep) -> "pd.DataFrame":
+    """What the database and the provider hold for the episode's own rows: billing's customers with
+    their records and payments, another domain's ``export_state`` (one row per key), or its rows' ids."""
+    import pandas as pd
+
+    if h.domain.name != "billing":
+        if h.domain.export_state is None:
+            return pd.DataFrame({"id": list(ep.customer_ids)})
+        async with h.pool.connection() as conn:
+            state = await h.domain.export_state(conn, list(ep.customer_ids))
+        return pd.json_normalize(state) if isinstance(state, list) else pd.json_normalize([state])
+    rows = await customer_rows(h, ep.customer_ids, schema=ep.schema)
+    paid = await h.df(PAYMENTS, ([customer_ref(c) for c in ep.customer_ids],))
+    by_ref = {r.customer: r for r in paid.itertuples()}
+    for col in ("provider_charges", "provider_refunds"):
+        rows[col] = [int(getattr(by_ref[customer_ref(c)], col)) if customer_ref(c) in by_ref else 0
+                     for c in rows["customer_id"]]
+    return rows
+
+
+def check_choice(fault: str, scenario: str | None, domain=None) -> None:
+    """Raise ValueError when ``fault`` is unknown or does not fit ``scenario`` of ``domain`` (default
+    billing; a fault acts on the calls or rows of the scenarios it lists)."""
     f = get_fault(fault)
-    if scenario is not None and scenario not in f.scenarios:
-        raise ValueError(f"fault {fault!r} fits the scenarios {', '.join(f.scenarios)}, not {scenario!r}")
+    fits = fault_scenarios(f, domain)
+    if scenario is not None and scenario not in fits:
+        raise ValueError(f"fault {fault!r} fits the scenarios {', '.join(fits)}, not {scenario!r}")
 
 
 async def lab_run(h: Harness, *, scenario: str | None = None, preset: str | Safeguards = "full",
@@ -257,7 +273,7 @@ async def lab_run(h: Harness, *, scenario: str | None = None, preset: str | Safe
     Raises:
         ValueError: an unknown preset or fault, or a scenario the fault does not fit.
     """
-    check_choice(fault, scenario)
+    check_choice(fault, scenario, h.domain)
     sg = _preset(preset)
     if lab is None:
         async with Lab(h) as own:

@@ -33,7 +33,7 @@ import traceback
 from typing import TYPE_CHECKING, Any
 
 from agentlab.lab.session import LabResult, LabSession, check_choice, lab_charts
-from agentlab.lab.faults import FAULTS, get_fault
+from agentlab.lab.faults import fault_scenarios, faults_for, get_fault
 from agentlab.core.safeguards import PRESET_NOTES, PRESETS
 
 if TYPE_CHECKING:
@@ -96,8 +96,9 @@ class FailureLab:
 
         self.session = (harness_or_session if isinstance(harness_or_session, LabSession)
                         else LabSession(harness_or_session))
-        self.fault = w.Dropdown(options=list(FAULTS), value=fault, description="fault")
-        self.scenario = w.Dropdown(options=list(get_fault(fault).scenarios), description="scenario")
+        self.domain = getattr(self.session.harness, "domain", None)  # None: billing (a widget built without a database)
+        self.fault = w.Dropdown(options=list(faults_for(self.domain)), value=fault, description="fault")
+        self.scenario = w.Dropdown(options=list(fault_scenarios(get_fault(fault), self.domain)), description="scenario")
         self.preset = w.Dropdown(options=list(PRESETS), value=preset, description="preset")
         self.seed = w.IntText(value=seed, description="seed", layout=w.Layout(width="160px"))
         self.episodes = w.BoundedIntText(value=1, min=1, max=50, description="episodes", layout=w.Layout(width="170px"))
@@ -127,7 +128,7 @@ class FailureLab:
     def _repr_mimebundle_(self, **kwargs) -> dict:
         """The widget's view, with a text form that holds nothing that changes between runs."""
         data = self.view._repr_mimebundle_(**kwargs)
-        data["text/plain"] = f"FailureLab(faults={len(FAULTS)}, presets={len(PRESETS)})"
+        data["text/plain"] = f"FailureLab(faults={len(self.fault.options)}, presets={len(PRESETS)})"
         return data
 
     def __repr__(self) -> str:
@@ -135,7 +136,7 @@ class FailureLab:
                 f"preset={self.preset.value!r}, seed={self.seed.value}, episodes={len(self.session.results)} run)")
 
     def _on_fault(self, change=None) -> None:
-        scenarios = list(get_fault(self.fault.value).scenarios)
+        scenarios = list(fault_scenarios(get_fault(self.fault.value), self.domain))
         current = self.scenario.value
         self.scenario.options = scenarios
         self.scenario.value = current if current in scenarios else scenarios[0]
@@ -155,9 +156,12 @@ class FailureLab:
         """
         if fault is not None:
             get_fault(fault)
+            if fault not in self.fault.options:
+                raise ValueError(f"fault {fault!r} does not fit domain {self.domain.name!r}; its faults: "
+                                 f"{', '.join(self.fault.options)}")
             self.fault.value = fault
         if scenario is not None:
-            check_choice(self.fault.value, scenario)
+            check_choice(self.fault.value, scenario, self.domain)
             self.scenario.value = scenario
         if preset is not None:
             if preset not in PRESETS:
