@@ -407,6 +407,23 @@ MIGRATIONS: list[tuple[str, str]] = [
             FOREIGN KEY (tenant_id, customer_id) REFERENCES public.customers (tenant_id, id);
         """,
     ),
+    (
+        "ledger key: tenant, thread, call id and occurrence as one JSON array; row-level security by tenant",
+        f"""
+        ALTER TABLE tool_executions
+            ADD COLUMN tenant_id text,
+            ADD COLUMN occurrence integer NOT NULL DEFAULT 0
+                CONSTRAINT tool_executions_occurrence_nonnegative CHECK (occurrence >= 0);
+        -- rows written before this migration had the ambiguous key thread_id || ':' || tool_call_id and
+        -- no tenant: they keep their thread and call id, under the new key with no tenant
+        UPDATE tool_executions
+            SET idempotency_key = jsonb_build_array(NULL::text, thread_id, tool_call_id, 0)::text;
+        CREATE INDEX tool_executions_tenant_thread ON tool_executions (tenant_id, thread_id);
+        ALTER TABLE public.tool_executions ENABLE ROW LEVEL SECURITY;
+        CREATE POLICY tool_executions_tenant ON public.tool_executions TO {AGENT_ROLE}
+            USING ({TENANT_PREDICATE}) WITH CHECK ({TENANT_PREDICATE});
+        """,
+    ),
 ]
 
 INSERT_SEED_CUSTOMER = (
