@@ -8,8 +8,9 @@ Under the ``full`` preset a batch (the tool calls of one ``AIMessage``) runs lik
    ``pg_advisory_xact_lock`` on the thread, ``statement_timeout`` / ``lock_timeout`` set locally, and
    the least-privilege agent role and the thread's tenant (from the graph config) set locally, so
    row-level security shows the tools only that tenant's rows (:mod:`agentlab.lab.tenancy`);
-3. one ledger look-up for the whole batch: a call whose idempotency key ``thread_id:tool_call_id``
-   is stored returns the stored result instead of running again (node retry, resume after a crash).
+3. one ledger look-up for the whole batch: a call whose idempotency key (tenant, thread, tool call id,
+   occurrence: :func:`idempotency_key`) is stored returns the stored result instead of running again
+   (node retry, resume after a crash).
    BEGIN, the prelude's ``SELECT`` and the look-up are pipelined: three statements, one round trip;
 4. per call a SAVEPOINT (psycopg's nested ``conn.transaction()``) holding the call's SQL and its
    ledger row, so a failure is attributed to its call and leaves the transaction usable. The ledger
