@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from psycopg import pq
 
-from agentlab.core.tools_node import LEDGER_INSERT, LEDGER_LOOKUP_WITH_ARGS, TransactionalToolsNode, idempotency_key
+from agentlab.core.tools_node import BIND_THREAD_TENANT, LEDGER_INSERT, LEDGER_LOOKUP_WITH_ARGS, TransactionalToolsNode, idempotency_key
 from agentlab.core.schema import AGENT_ROLE
 from agentlab.domains.billing.tools import CREATE_CREDIT_MEMO, CREATE_REFUND, APPLY_CREDIT
 from agentlab.core.outbox import INSERT_OUTBOX, REFUND_TOPIC
@@ -114,7 +114,9 @@ async def plain_batch(pool, batch: BatchCalls, *, statement_timeout_ms: int = 20
                 await conn.execute(BEGIN)
                 await conn.execute(PRELUDE, (AGENT_ROLE, BATCH_TENANT, f"{statement_timeout_ms}ms",
                                              f"{lock_timeout_ms}ms", thread))
+                bind = await conn.execute(BIND_THREAD_TENANT, {"thread": thread, "tenant": BATCH_TENANT})
                 lookup = await conn.execute(LEDGER_LOOKUP_WITH_ARGS, (keys,))
+            await bind.fetchall()
             await lookup.fetchall()
 
             await conn.execute(SAVEPOINT)

@@ -424,6 +424,20 @@ MIGRATIONS: list[tuple[str, str]] = [
             USING ({TENANT_PREDICATE}) WITH CHECK ({TENANT_PREDICATE});
         """,
     ),
+    (
+        "the tenant each thread belongs to, bound by its first batch (replay with LangGraph's own config)",
+        f"""
+        CREATE TABLE thread_tenants (
+            thread_id  text PRIMARY KEY,
+            tenant_id  text NOT NULL,
+            created_at timestamptz NOT NULL DEFAULT now()
+        );
+        GRANT SELECT, INSERT ON public.thread_tenants TO {AGENT_ROLE};
+        ALTER TABLE public.thread_tenants ENABLE ROW LEVEL SECURITY;
+        CREATE POLICY thread_tenants_tenant ON public.thread_tenants TO {AGENT_ROLE}
+            USING ({TENANT_PREDICATE}) WITH CHECK ({TENANT_PREDICATE});
+        """,
+    ),
 ]
 
 INSERT_SEED_CUSTOMER = (

@@ -62,7 +62,7 @@ from agentlab.core.messages import (
 from agentlab.core.events import EventLog
 from agentlab.core.safeguards import Policy, Safeguards
 from agentlab.core.schema import STRICT_SCHEMA
-from agentlab.core.isolation import isolation_prelude, require_tenant
+from agentlab.core.isolation import TenantMismatch, isolation_prelude, require_tenant
 from agentlab.core.toolspec import ToolContext, ToolSpec, Toolset, result_content
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,14 @@ INSERT INTO tool_executions (idempotency_key, tenant_id, thread_id, tool_call_id
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
 """
 MAX_CALL_ID_CHARS = 256  # provider ids are 20-40 characters; a longer one cannot be a real id (case C19)
+# The thread's tenant: bound by the thread's first batch, read back by every later one. Under isolation it
+# runs as the agent role after the prelude, so another tenant's binding is invisible: no row = not yours.
+BIND_THREAD_TENANT = """
+WITH bound AS (INSERT INTO thread_tenants (thread_id, tenant_id) VALUES (%(thread)s, %(tenant)s)
+               ON CONFLICT (thread_id) DO NOTHING RETURNING tenant_id)
+SELECT tenant_id FROM bound UNION ALL SELECT tenant_id FROM thread_tenants WHERE thread_id = %(thread)s
+"""
+THREAD_TENANT = "SELECT tenant_id FROM thread_tenants WHERE thread_id = %s"
 BEGIN, COMMIT, ROLLBACK = "BEGIN", "COMMIT", "ROLLBACK"
 SET_SEARCH_PATH = "SELECT set_config('search_path', %s, false)"
 RESET_SEARCH_PATH = "RESET search_path"
@@ -357,21 +365,29 @@ class TransactionalToolsNode:
 
     async def _open(self, conn, runnable: list[_Call], thread_id: str, tenant_id: str | None) -> dict[str, tuple]:
         """BEGIN, the prelude (settings, role, tenant, advisory lock) and the ledger look-up for the whole
-        batch, pipelined: three statements, one round trip. Returns ``{key: (args, result)}`` of stored calls.
+        batch, pipelined: three statements, one round trip (four with a tenant: the thread's binding to
+        its tenant, :data:`BIND_THREAD_TENANT`). Returns ``{key: (args, result)}`` of stored calls.
+
+        Raises:
+            TenantMismatch: the thread belongs to another tenant (the caller rolls back).
 
         They stay three statements: in READ COMMITTED each takes its own snapshot when it starts, so the
         look-up sees every batch that committed while this one waited for the thread's lock (in the same
         statement as the lock it would not)."""
         sg = self.safeguards
         prelude = self._prelude(thread_id, tenant_id)
-        cur = None
+        cur = bind = None
         async with conn.pipeline():
             await conn.execute(BEGIN)
             if prelude is not None:
                 await conn.execute(*prelude)
+            if tenant_id is not None:
+                bind = await conn.execute(BIND_THREAD_TENANT, {"thread": thread_id, "tenant": tenant_id})
             if sg.ledger:
                 cur = await conn.execute(LEDGER_LOOKUP_WITH_ARGS,
                                          ([self._key(thread_id, tenant_id, c) for c in runnable],))
+        if bind is not None and tenant_id not in {t for t, in await bind.fetchall()}:
+            raise TenantMismatch("this thread belongs to another tenant; use the thread's own tenant or a new thread")
         return {k: (a, r) for k, a, r in await cur.fetchall()} if cur is not None else {}
 
     async def _run_transaction(self, runnable: list[_Call], results: dict[int, CallResult], ran_ok: set[int],
@@ -597,8 +613,18 @@ class TransactionalToolsNode:
         return tools
 
     async def thread_tenant(self, thread_id: str, configured: str | None) -> str | None:
-        """The tenant a batch of ``thread_id`` runs for: ``configured`` (the graph config's) when given."""
-        return configured
+        """The tenant a batch of ``thread_id`` runs for: ``configured`` (the graph config's) when given, else
+        the tenant the thread's first batch bound it to (``thread_tenants``), else None.
+
+        A config LangGraph hands back (``get_state_history`` snapshots, ``aupdate_state`` results) carries
+        only thread, namespace and checkpoint id; replaying it must run for the thread's own tenant (case
+        C25). The tenant never comes from the model. A configured tenant that differs from the bound one
+        is refused by the batch itself (:class:`agentlab.core.isolation.TenantMismatch`)."""
+        if configured is not None:
+            return configured
+        async with self.pool.connection() as conn:
+            row = await (await conn.execute(THREAD_TENANT, (thread_id,))).fetchone()
+        return row[0] if row else None
 
 
 async def _rollback_quietly(conn) -> None:
