@@ -34,7 +34,7 @@ import uuid
 
 from agentlab.core.errors import Category
 from agentlab.core.messages import (
-    FAILED_TEMPLATE, INVALID_JSON_ARGUMENTS, NOT_APPLIED_TEMPLATE, ORPHANED_CALL, all_tool_calls, batches, occurrences,
+    FAILED_PREFIX, FAILED_TEMPLATE, INVALID_JSON_ARGUMENTS, NOT_APPLIED_TEMPLATE, ORPHANED_CALL, all_tool_calls, batches, occurrences,
     unanswered_tool_calls, with_call_ids,
 )
 from agentlab.core.tools_node import LEDGER_LOOKUP, TransactionalToolsNode, idempotency_key
@@ -122,8 +122,8 @@ def repeated_refusal(messages: list[AnyMessage]) -> tuple[str, int] | None:
     """The refused call (tool name) that came back most often in the current run, when it did so at least
     twice, as ``(tool, times)``; None otherwise.
 
-    A run is what follows the last HumanMessage. A call counts when its answer is ``FAILED`` with a
-    category of :data:`REFUSAL_CATEGORIES`; two calls are the same when tool and arguments are equal,
+    A run is what follows the last HumanMessage. A call counts when its answer reads ``FAILED [...]``
+    with a category of :data:`REFUSAL_CATEGORIES` (not a raw error, which the naive presets return); two calls are the same when tool and arguments are equal,
     whatever ids they had and whatever calls came between (case C24)."""
     start = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=-1) + 1
     counts: dict[str, tuple[str, int]] = {}
@@ -131,8 +131,9 @@ def repeated_refusal(messages: list[AnyMessage]) -> tuple[str, int] | None:
         for tc in all_tool_calls(m):
             reply = replies.get(tc.get("id") or "")
             artifact = getattr(reply, "artifact", None) or {}
-            if artifact.get("outcome") != "failed" or artifact.get("category") not in REFUSAL_CATEGORIES:
-                continue
+            if (artifact.get("outcome") != "failed" or artifact.get("category") not in REFUSAL_CATEGORIES
+                    or not str(reply.content).startswith(FAILED_PREFIX)):
+                continue  # only a call the model was told plainly was refused (a raw error tells it nothing)
             args = tc.get("args")
             sig = json.dumps([tc.get("name"), args], sort_keys=True, default=str)
             counts[sig] = (str(tc.get("name")), counts.get(sig, ("", 0))[1] + 1)
