@@ -14,8 +14,9 @@ Least privilege and tenant isolation (migration 4, see :mod:`agentlab.lab.tenanc
 ``NOLOGIN`` role :data:`AGENT_ROLE` holds only what the tools need in ``public`` (read the business
 tables, insert invoices / credit memos / refunds, update a customer's credit, insert and read the
 ledger, insert into the outbox); row-level security on the four business tables in ``public`` shows
-that role only the rows of the tenant in the setting :data:`TENANT_SETTING`. The ``lax`` copy gets
-neither: isolation needs ``constraints=True``.
+that role only the rows of the tenant in the setting :data:`TENANT_SETTING`; later migrations put the
+ledger and ``thread_tenants`` (a thread's tenant, bound by its first batch) under the same rule. The
+``lax`` copy gets neither: isolation needs ``constraints=True``.
 """
 
 from __future__ import annotations
