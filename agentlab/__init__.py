@@ -28,7 +28,7 @@ _EXPORTS = {
         "AgentState", "build_graph", "repair_orphans", "retry_policy", "run_config",
     ),
     "core.isolation": (
-        "TenantRequired",
+        "TenantMismatch", "TenantRequired",
     ),
     "core.messages": (
         "unanswered_tool_calls",

@@ -57,3 +57,37 @@ async def fetch(h: Harness, query: str, params=()) -> list[tuple]:
 async def scalar(h: Harness, query: str, params=()):
     rows = await fetch(h, query, params)
     return rows[0][0] if rows else None
+
+
+class TurnModel:
+    """Builds a LangChain chat model that answers by the number of AIMessages already in the history:
+    reply ``n`` is ``turns[n](messages)`` (an AIMessage, or a callable of the history giving one), and a
+    plain "done." once the turns run out. Deterministic from the history alone, so a resumed thread
+    continues where it stopped. For tool call shapes the scripted model never sends (no id, invalid
+    JSON, one id on every turn)."""
+
+    def __new__(cls, turns):
+        from langchain_core.language_models.chat_models import BaseChatModel
+        from langchain_core.messages import AIMessage
+        from langchain_core.outputs import ChatGeneration, ChatResult
+
+        class _TurnModel(BaseChatModel):
+            turns: list
+            calls: int = 0
+
+            @property
+            def _llm_type(self) -> str:
+                return "agentlab-test-turns"
+
+            def bind_tools(self, tools, **kwargs):
+                return self
+
+            def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+                self.calls += 1
+                n = sum(isinstance(m, AIMessage) for m in messages)
+                reply = self.turns[n] if n < len(self.turns) else AIMessage("done.")
+                reply = reply(messages) if callable(reply) else reply.model_copy(deep=True)
+                reply.id = None  # a fresh run id per call, as a provider's response has
+                return ChatResult(generations=[ChatGeneration(message=reply)])
+
+        return _TurnModel(turns=list(turns))

@@ -84,4 +84,4 @@ async def test_c02_orphan_that_committed_is_answered_with_its_stored_result(harn
     assert answer.content == first.results[0].content
     assert await scalar(harness, "SELECT credit_cents FROM customers WHERE id = 2") == 12000 - 300
     assert await scalar(harness, "SELECT count(*) FROM tool_executions WHERE idempotency_key = %s",
-                        (idempotency_key("t-c02-b", "call_a"),)) == 1
+                        (idempotency_key("t-c02-b", "call_a", tenant_id="acme"),)) == 1

@@ -220,11 +220,13 @@ async def test_agent_role_has_exactly_the_privileges_the_tools_need(harness):
         "public.credit_memos": {"select", "insert"},
         "public.refunds": {"select", "insert"},
         "public.tool_executions": {"select", "insert"},
+        "public.thread_tenants": {"select", "insert"},
         "public.outbox": {"select", "insert"},
     }
     assert rows["public.customers"]["update_columns_only"] and rows["public.outbox"]["select_columns_only"]
     assert {t for t, r in rows.items() if r["row_security"]} == {
-        "public.customers", "public.invoices", "public.credit_memos", "public.refunds"}
+        "public.customers", "public.invoices", "public.credit_memos", "public.refunds", "public.tool_executions",
+        "public.thread_tenants"}
     for t in ("public.checkpoints", "public.checkpoint_blobs", "public.checkpoint_writes", "public.events",
               "provider.payments", "lax.customers"):
         assert granted[t] == set(), t

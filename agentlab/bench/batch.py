@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from psycopg import pq
 
-from agentlab.core.tools_node import LEDGER_INSERT, LEDGER_LOOKUP_WITH_ARGS, TransactionalToolsNode, idempotency_key
+from agentlab.core.tools_node import BIND_THREAD_TENANT, LEDGER_INSERT, LEDGER_LOOKUP_WITH_ARGS, TransactionalToolsNode, idempotency_key
 from agentlab.core.schema import AGENT_ROLE
 from agentlab.domains.billing.tools import CREATE_CREDIT_MEMO, CREATE_REFUND, APPLY_CREDIT
 from agentlab.core.outbox import INSERT_OUTBOX, REFUND_TOPIC
@@ -107,27 +107,29 @@ async def plain_batch(pool, batch: BatchCalls, *, statement_timeout_ms: int = 20
     """The same batch in plain psycopg: exactly the statements the node sends, written out."""
     thread, c = batch.thread_id, batch.customer_id
     memo_args, credit_args, refund_args = batch.args
-    keys = [idempotency_key(thread, cid) for cid in batch.call_ids]
+    keys = [idempotency_key(thread, cid, tenant_id=BATCH_TENANT) for cid in batch.call_ids]
     async with pool.connection() as conn:
         try:
             async with conn.pipeline():
                 await conn.execute(BEGIN)
                 await conn.execute(PRELUDE, (AGENT_ROLE, BATCH_TENANT, f"{statement_timeout_ms}ms",
                                              f"{lock_timeout_ms}ms", thread))
+                bind = await conn.execute(BIND_THREAD_TENANT, {"thread": thread, "tenant": BATCH_TENANT})
                 lookup = await conn.execute(LEDGER_LOOKUP_WITH_ARGS, (keys,))
+            await bind.fetchall()
             await lookup.fetchall()
 
             await conn.execute(SAVEPOINT)
             memo_id = (await (await conn.execute(CREATE_CREDIT_MEMO, (batch.reference, 1, "bench", c))).fetchone())[0]
             memo = {"credit_memo_id": memo_id, "reference": batch.reference, "amount_cents": 1}
-            await conn.execute(LEDGER_INSERT, (keys[0], thread, batch.call_ids[0], "CreateCreditMemo",
+            await conn.execute(LEDGER_INSERT, (keys[0], BATCH_TENANT, thread, batch.call_ids[0], 0, "CreateCreditMemo",
                                                json.dumps(memo_args), json.dumps(memo), 1))
             await conn.execute(RELEASE)
 
             await conn.execute(SAVEPOINT)
             left = (await (await conn.execute(APPLY_CREDIT, (1, c))).fetchone())[0]
             credit = {"customer_id": c, "applied_cents": 1, "remaining_credit_cents": left}
-            await conn.execute(LEDGER_INSERT, (keys[1], thread, batch.call_ids[1], "ApplyCredit",
+            await conn.execute(LEDGER_INSERT, (keys[1], BATCH_TENANT, thread, batch.call_ids[1], 0, "ApplyCredit",
                                                json.dumps(credit_args), json.dumps(credit), 1))
             await conn.execute(RELEASE)
 
@@ -137,7 +139,7 @@ async def plain_batch(pool, batch: BatchCalls, *, statement_timeout_ms: int = 20
             payload = {"customer_id": c, "refund_id": refund_id, "amount_cents": 1, "reference": batch.reference}
             queued = await (await conn.execute(INSERT_OUTBOX, (REFUND_TOPIC, json.dumps(payload), dedupe, thread))).fetchone()
             refund = {"refund_id": refund_id, "amount_cents": 1, "status": "queued" if queued else "already_queued"}
-            await conn.execute(LEDGER_INSERT, (keys[2], thread, batch.call_ids[2], "QueueRefund",
+            await conn.execute(LEDGER_INSERT, (keys[2], BATCH_TENANT, thread, batch.call_ids[2], 0, "QueueRefund",
                                                json.dumps(refund_args), json.dumps(refund), 1))
             await conn.execute(RELEASE)
         except BaseException:

@@ -45,7 +45,7 @@ class NoOpToolsNode(TransactionalToolsNode):
     """A tools node that answers every tool call as applied and sends no SQL (the bench's baseline)."""
 
     async def run_batch(self, tool_calls, *, thread_id: str, tenant_id: str | None = None, attempt: int = 1,
-                        final_attempt: bool = False) -> BatchResult:
+                        final_attempt: bool = False, **kwargs) -> BatchResult:
         results = [CallResult(i, str(c.get("id")), str(c.get("name")), Outcome.APPLIED, NOOP_RESULT, result={})
                    for i, c in enumerate(tool_calls)]
         return BatchResult(results, False, attempt)

@@ -137,11 +137,14 @@ class Rule:
     category: Category
     infrastructure: bool
     reason: str
+    without_sqlstate: bool = False  # a class rule for errors that carry no SQLSTATE (client side) only
 
     def matches(self, exc: BaseException) -> bool:
         if isinstance(self.match, str):
             state = getattr(exc, "sqlstate", None) or ""
             return state.startswith(self.match) if len(self.match) == 2 else state == self.match
+        if self.without_sqlstate and getattr(exc, "sqlstate", None):
+            return False
         return isinstance(exc, self.match)
 
 
@@ -168,15 +171,21 @@ RULES: tuple[Rule, ...] = (
     # timeouts: a statement that ran too long is told to the model; a busy lock is retried
     Rule("57014", Category.TIMEOUT, False, "the operation took too long and was cancelled; nothing was applied. Try again later."),
     Rule("55P03", Category.TRANSIENT, True, "the record is busy with another operation; nothing was applied. Try again."),
-    Rule("40001", Category.TRANSIENT, True, INFRA_UNAVAILABLE),
-    Rule("40P01", Category.TRANSIENT, True, INFRA_UNAVAILABLE),
-    Rule("40", Category.TRANSIENT, True, INFRA_UNAVAILABLE),
-    Rule("57", Category.TRANSIENT, True, INFRA_UNAVAILABLE),  # admin shutdown, crash shutdown, cannot connect now
-    Rule("08", Category.TRANSIENT, True, INFRA_UNAVAILABLE),  # connection exceptions
-    Rule("53", Category.TRANSIENT, True, INFRA_UNAVAILABLE),  # insufficient resources
-    Rule("25P03", Category.TRANSIENT, True, INFRA_UNAVAILABLE),  # idle-in-transaction timeout
-    Rule("25", Category.INTERNAL, False, "the tool failed because of an internal error; do not retry this call."),
-    Rule("55", Category.TRANSIENT, True, INFRA_UNAVAILABLE),
+    # passing outages (SQLSTATEs in PASSING_OUTAGES): the graph re-runs the node
+    *(Rule(state, Category.TRANSIENT, True, INFRA_UNAVAILABLE) for state in (
+        "40001", "40P01", "40000", "40003",  # serialization failure, deadlock, rollback, completion unknown
+        "57P01", "57P02", "57P03", "57P05", "57000",  # admin / crash shutdown, cannot connect now, idle session
+        "08000", "08003", "08006", "08001", "08004", "08007",  # connection exceptions
+        "53000", "53100", "53200", "53300",  # insufficient resources, disk full, out of memory, too many connections
+        "25P03", "25P04",  # idle-in-transaction and transaction timeouts
+        "55006",  # object in use
+    )),
+    # permanent server errors: re-running the same batch meets the same error (case C19)
+    Rule("40002", Category.CONFLICT, False, "the change conflicts with existing records; do not send it again as is."),
+    Rule("54", Category.INVALID_ARGUMENTS, False, "a value is too large for the database to handle; send shorter "
+         "values, and each call with a plain, short tool call id."),
+    *(Rule(cls, Category.INTERNAL, False, "the tool failed because of an internal error; do not retry this call.")
+      for cls in ("08", "40", "53", "55", "57", "58", "2F", "38", "39", "3B", "27", "F0", "HV", "25")),
     # class 28: the tool's own credentials were refused; permanent, so neither retried nor fixable by the model
     Rule("28", Category.INTERNAL, False, "the tool cannot reach its database; this is not something you can fix. "
          "Do not retry this call."),
@@ -184,7 +193,7 @@ RULES: tuple[Rule, ...] = (
     Rule("42804", Category.INVALID_ARGUMENTS, False, "an argument has the wrong type; check every argument's type."),
     Rule("42501", Category.NOT_FOUND, False, "no such record was found; check the ids."),  # privilege / row security
     # client-side infrastructure: lost connections, pool exhaustion, OS-level timeouts
-    Rule(psycopg.OperationalError, Category.TRANSIENT, True, INFRA_UNAVAILABLE),
+    Rule(psycopg.OperationalError, Category.TRANSIENT, True, INFRA_UNAVAILABLE, without_sqlstate=True),
     Rule(psycopg.InterfaceError, Category.TRANSIENT, True, INFRA_UNAVAILABLE),
     Rule(ConnectionError, Category.TRANSIENT, True, INFRA_UNAVAILABLE),
     Rule(TimeoutError, Category.TRANSIENT, True, INFRA_UNAVAILABLE),
@@ -196,7 +205,11 @@ FALLBACK_RULE = RULES[-1]
 
 # SQLSTATE classes whose every psycopg error class the table claims to map to a specific rule
 # (tests/test_errors.py walks psycopg.errors and fails on any that reaches FALLBACK or psycopg.Error).
-COVERED_SQLSTATE_CLASSES = ("08", "22", "23", "25", "40", "53", "55", "57")
+COVERED_SQLSTATE_CLASSES = ("08", "22", "23", "25", "27", "28", "2F", "38", "39", "3B", "40", "53", "54", "55", "57",
+                            "58", "F0", "HV")
+# The SQLSTATEs that are passing outages, retried by the graph (PostgreSQL Appendix A): anything else
+# the server reports, an OperationalError included, is permanent for this batch.
+PASSING_OUTAGES = frozenset(r.match for r in RULES if isinstance(r.match, str) and r.infrastructure)
 
 
 @dataclass(frozen=True)

@@ -23,19 +23,30 @@ from __future__ import annotations
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
-from langchain_core.messages import AIMessage, AnyMessage, RemoveMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage, ToolMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from langgraph.types import RetryPolicy
 
 from agentlab.core.errors import is_infrastructure
-from agentlab.core.messages import NOT_APPLIED_TEMPLATE, ORPHANED_CALL, unanswered_tool_calls
+import json
+import uuid
+
+from agentlab.core.errors import Category
+from agentlab.core.messages import (
+    FAILED_PREFIX, FAILED_TEMPLATE, INVALID_JSON_ARGUMENTS, NOT_APPLIED_TEMPLATE, ORPHANED_CALL, all_tool_calls, batches, occurrences,
+    unanswered_tool_calls, with_call_ids,
+)
 from agentlab.core.tools_node import LEDGER_LOOKUP, TransactionalToolsNode, idempotency_key
 from agentlab.core.events import observe_node
 from agentlab.core.toolspec import result_content
 
 RECURSION_LIMIT = 60
 RETRY_ATTEMPTS = 3
+MAX_REPEATED_REFUSALS = 3  # the same refused call (tool and arguments) this often in one run: escalate (C24)
+# FAILED categories that say "this call, as sent, will not work"; timeout and transient invite a resend
+REFUSAL_CATEGORIES = frozenset(c.value for c in Category) - {Category.TIMEOUT.value, Category.TRANSIENT.value,
+                                                              Category.NOT_APPLIED.value}
 
 
 class AgentState(TypedDict, total=False):
@@ -54,40 +65,84 @@ def retry_policy(max_attempts: int = RETRY_ATTEMPTS) -> RetryPolicy:
                        jitter=False, retry_on=is_infrastructure)
 
 
-async def repair_orphans(messages: list[AnyMessage], pool, thread_id: str) -> list[AnyMessage] | None:
+async def repair_orphans(messages: list[AnyMessage], pool, thread_id: str,
+                         tenant_id: str | None = None) -> list[AnyMessage] | None:
     """Answer every unanswered tool call right after its AIMessage; None when there is none.
 
-    A call found in the ledger is answered with its stored result (it committed before the crash);
-    any other with ``NOT APPLIED`` (:data:`agentlab.core.errors.ORPHANED_CALL`).
+    A call found in the ledger (under the key the tools node used: tenant, thread, id, occurrence) is
+    answered with its stored result (it committed before the crash); a call whose arguments were not
+    valid JSON with ``FAILED [invalid_arguments]`` (it never ran); any other with ``NOT APPLIED``
+    (:data:`agentlab.core.messages.ORPHANED_CALL`). A call without an id (case C15) first gets its
+    stable synthetic id (:func:`agentlab.core.messages.with_call_ids`), so the answer has a string id.
     """
-    orphans = unanswered_tool_calls(messages)
-    if not orphans:
+    fixed = [with_call_ids(m) or m if isinstance(m, AIMessage) else m for m in messages]
+    if not unanswered_tool_calls(fixed):
         return None
+    wanted: list[tuple[int, dict, str]] = []  # (AIMessage position, call, ledger key)
+    for at, m, replies in batches(fixed):
+        occ = occurrences(fixed, at)
+        for tc in m.tool_calls:
+            if tc["id"] not in replies:
+                wanted.append((at, tc, idempotency_key(thread_id, tc["id"], tenant_id=tenant_id,
+                                                       occurrence=occ.get(tc["id"], 0))))
     stored: dict[str, Any] = {}
-    if pool is not None:
+    if pool is not None and wanted:
         async with pool.connection() as conn:
-            cur = await conn.execute(LEDGER_LOOKUP, ([idempotency_key(thread_id, i) for i in orphans],))
+            cur = await conn.execute(LEDGER_LOOKUP, ([k for _, _, k in wanted],))
             stored = {k: v for k, v in await cur.fetchall()}
+    keys = {(at, tc["id"]): k for at, tc, k in wanted}
     repaired: list[AnyMessage] = []
-    for m in messages:
+    segments = {at: replies for at, _, replies in batches(fixed)}
+    for i, m in enumerate(fixed):
         repaired.append(m)
-        if isinstance(m, AIMessage):
-            for tc in m.tool_calls:
-                if tc["id"] not in orphans:
-                    continue
-                key = idempotency_key(thread_id, tc["id"])
-                if key in stored:
-                    repaired.append(ToolMessage(result_content(stored[key]), tool_call_id=tc["id"], name=tc["name"],
-                                                artifact={"outcome": "replayed", "category": None}))
-                else:
-                    repaired.append(ToolMessage(NOT_APPLIED_TEMPLATE.format(reason=ORPHANED_CALL), tool_call_id=tc["id"],
-                                                name=tc["name"], status="error",
-                                                artifact={"outcome": "not_applied", "category": "not_applied"}))
+        if not isinstance(m, AIMessage):
+            continue
+        for tc in m.tool_calls:
+            if tc["id"] in segments[i]:
+                continue
+            key = keys[(i, tc["id"])]
+            if key in stored:
+                repaired.append(ToolMessage(result_content(stored[key]), tool_call_id=tc["id"], name=tc["name"],
+                                            artifact={"outcome": "replayed", "category": None}))
+            else:
+                repaired.append(ToolMessage(NOT_APPLIED_TEMPLATE.format(reason=ORPHANED_CALL), tool_call_id=tc["id"],
+                                            name=tc["name"], status="error",
+                                            artifact={"outcome": "not_applied", "category": "not_applied"}))
+        for tc in m.invalid_tool_calls:
+            if tc["id"] in segments[i]:
+                continue
+            repaired.append(ToolMessage(
+                FAILED_TEMPLATE.format(category=Category.INVALID_ARGUMENTS.value, reason=INVALID_JSON_ARGUMENTS),
+                tool_call_id=tc["id"], name=str(tc.get("name")), status="error",
+                artifact={"outcome": "failed", "category": Category.INVALID_ARGUMENTS.value}))
     return repaired
 
 
+def repeated_refusal(messages: list[AnyMessage]) -> tuple[str, int] | None:
+    """The refused call (tool name) that came back most often in the current run, when it did so at least
+    twice, as ``(tool, times)``; None otherwise.
+
+    A run is what follows the last HumanMessage. A call counts when its answer reads ``FAILED [...]``
+    with a category of :data:`REFUSAL_CATEGORIES` (not a raw error, which the naive presets return); two calls are the same when tool and arguments are equal,
+    whatever ids they had and whatever calls came between (case C24)."""
+    start = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=-1) + 1
+    counts: dict[str, tuple[str, int]] = {}
+    for _, m, replies in batches(messages[start:]):
+        for tc in all_tool_calls(m):
+            reply = replies.get(tc.get("id") or "")
+            artifact = getattr(reply, "artifact", None) or {}
+            if (artifact.get("outcome") != "failed" or artifact.get("category") not in REFUSAL_CATEGORIES
+                    or not str(reply.content).startswith(FAILED_PREFIX)):
+                continue  # only a call the model was told plainly was refused (a raw error tells it nothing)
+            args = tc.get("args")
+            sig = json.dumps([tc.get("name"), args], sort_keys=True, default=str)
+            counts[sig] = (str(tc.get("name")), counts.get(sig, ("", 0))[1] + 1)
+    best = max(counts.values(), key=lambda v: v[1], default=None)
+    return best if best is not None and best[1] >= 2 else None
+
+
 def build_graph(model, node: TransactionalToolsNode, *, checkpointer=None, max_rollbacks: int | None = None,
-                retry_attempts: int = RETRY_ATTEMPTS, approval=None):
+                retry_attempts: int = RETRY_ATTEMPTS, approval=None, max_refusals: int = MAX_REPEATED_REFUSALS):
     """Compile the agent graph.
 
     Args:
@@ -97,6 +152,8 @@ def build_graph(model, node: TransactionalToolsNode, *, checkpointer=None, max_r
         max_rollbacks: consecutive rolled-back batches before escalation (default: the node's safeguards).
         retry_attempts: the tools node's RetryPolicy attempts (the node answers on the last one).
         approval: an :class:`agentlab.durable.approval.ApprovalPolicy`; adds the ``approve`` node (needs a checkpointer).
+        max_refusals: how often the same refused call (same tool, same arguments) may come back in one run
+            before escalation, whatever lies between (see :func:`repeated_refusal`).
     """
     bound = model.bind_tools(node.toolset.schemas())
     limit = max_rollbacks or node.safeguards.max_rollbacks
@@ -104,32 +161,45 @@ def build_graph(model, node: TransactionalToolsNode, *, checkpointer=None, max_r
     events = node.events
 
     async def agent(state: AgentState, config: RunnableConfig) -> dict:
-        thread_id = str(config.get("configurable", {}).get("thread_id", "default"))
+        conf = config.get("configurable", {})
+        thread_id = str(conf.get("thread_id", "default"))
         messages = state["messages"]
-        repaired = await repair_orphans(messages, node.pool, thread_id)
+        tenant_id = await node.thread_tenant(thread_id, conf.get("tenant_id")) if unanswered_tool_calls(messages) else None
+        repaired = await repair_orphans(messages, node.pool, thread_id, tenant_id)
         if repaired is not None:
             events.record("agent", "orphans_answered", thread_id=thread_id,
                           detail=f"{len(unanswered_tool_calls(messages))} unanswered tool call(s) answered")
         response = await bound.ainvoke(repaired if repaired is not None else messages)
+        if isinstance(response, AIMessage) and all_tool_calls(response):
+            if not response.id:
+                response.id = f"lc_{uuid.uuid4()}"
+            response = with_call_ids(response) or response  # ids the model left out (C15), stable from now on
         if repaired is not None:
             return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *repaired, response]}
         return {"messages": [response]}
 
     async def escalate(state: AgentState, config: RunnableConfig) -> dict:
         thread_id = str(config.get("configurable", {}).get("thread_id", "default"))
-        reason = f"{state.get('rollbacks', 0)} consecutive batches were rolled back"
+        repeated = repeated_refusal(state["messages"])
+        if state.get("rollbacks", 0) >= limit or repeated is None or repeated[1] < max_refusals:
+            reason = f"{state.get('rollbacks', 0)} consecutive batches were rolled back"
+        else:
+            reason = f"the same refused {repeated[0]} call came back {repeated[1]} times in this run"
         events.record("escalate", "escalated", thread_id=thread_id, detail=reason)
         await events.flush()
         return {"escalated": True, "escalation_reason": reason}
 
     async def after_agent(state: AgentState) -> str:  # async: a sync router runs in a thread pool
         last = state["messages"][-1]
-        if isinstance(last, AIMessage) and last.tool_calls:
+        if isinstance(last, AIMessage) and all_tool_calls(last):
             return "tools" if approval is None else "approve"
         return END
 
     async def after_tools(state: AgentState) -> str:
-        return "escalate" if state.get("rollbacks", 0) >= limit else "agent"
+        if state.get("rollbacks", 0) >= limit:
+            return "escalate"
+        repeated = repeated_refusal(state["messages"])
+        return "escalate" if repeated is not None and repeated[1] >= max_refusals else "agent"
 
     graph = StateGraph(AgentState)
     graph.add_node("agent", observe_node("agent", agent, events))

@@ -25,6 +25,11 @@ class TenantRequired(AgentlabError):
     """Raised when isolation is on and a batch names no tenant (``config["configurable"]["tenant_id"]``)."""
 
 
+class TenantMismatch(AgentlabError):
+    """Raised when a batch names a tenant other than the one its thread belongs to (``thread_tenants``);
+    the batch is rolled back before any tool SQL ran."""
+
+
 def require_tenant(tenant_id: Any) -> str:
     """Return ``tenant_id`` when it is a non-empty string.
 

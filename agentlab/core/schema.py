@@ -14,8 +14,9 @@ Least privilege and tenant isolation (migration 4, see :mod:`agentlab.lab.tenanc
 ``NOLOGIN`` role :data:`AGENT_ROLE` holds only what the tools need in ``public`` (read the business
 tables, insert invoices / credit memos / refunds, update a customer's credit, insert and read the
 ledger, insert into the outbox); row-level security on the four business tables in ``public`` shows
-that role only the rows of the tenant in the setting :data:`TENANT_SETTING`. The ``lax`` copy gets
-neither: isolation needs ``constraints=True``.
+that role only the rows of the tenant in the setting :data:`TENANT_SETTING`; later migrations put the
+ledger and ``thread_tenants`` (a thread's tenant, bound by its first batch) under the same rule. The
+``lax`` copy gets neither: isolation needs ``constraints=True``.
 """
 
 from __future__ import annotations
@@ -405,6 +406,37 @@ MIGRATIONS: list[tuple[str, str]] = [
             FOREIGN KEY (tenant_id, invoice_id) REFERENCES public.invoices (tenant_id, id);
         ALTER TABLE public.refunds ADD CONSTRAINT refunds_customer_tenant_fk
             FOREIGN KEY (tenant_id, customer_id) REFERENCES public.customers (tenant_id, id);
+        """,
+    ),
+    (
+        "ledger key: tenant, thread, call id and occurrence as one JSON array; row-level security by tenant",
+        f"""
+        ALTER TABLE tool_executions
+            ADD COLUMN tenant_id text,
+            ADD COLUMN occurrence integer NOT NULL DEFAULT 0
+                CONSTRAINT tool_executions_occurrence_nonnegative CHECK (occurrence >= 0);
+        -- rows written before this migration had the ambiguous key thread_id || ':' || tool_call_id and
+        -- no tenant: they keep their thread and call id, under the new key with no tenant
+        UPDATE tool_executions
+            SET idempotency_key = jsonb_build_array(NULL::text, thread_id, tool_call_id, 0)::text;
+        CREATE INDEX tool_executions_tenant_thread ON tool_executions (tenant_id, thread_id);
+        ALTER TABLE public.tool_executions ENABLE ROW LEVEL SECURITY;
+        CREATE POLICY tool_executions_tenant ON public.tool_executions TO {AGENT_ROLE}
+            USING ({TENANT_PREDICATE}) WITH CHECK ({TENANT_PREDICATE});
+        """,
+    ),
+    (
+        "the tenant each thread belongs to, bound by its first batch (replay with LangGraph's own config)",
+        f"""
+        CREATE TABLE thread_tenants (
+            thread_id  text PRIMARY KEY,
+            tenant_id  text NOT NULL,
+            created_at timestamptz NOT NULL DEFAULT now()
+        );
+        GRANT SELECT, INSERT ON public.thread_tenants TO {AGENT_ROLE};
+        ALTER TABLE public.thread_tenants ENABLE ROW LEVEL SECURITY;
+        CREATE POLICY thread_tenants_tenant ON public.thread_tenants TO {AGENT_ROLE}
+            USING ({TENANT_PREDICATE}) WITH CHECK ({TENANT_PREDICATE});
         """,
     ),
 ]

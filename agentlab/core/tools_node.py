@@ -8,8 +8,9 @@ Under the ``full`` preset a batch (the tool calls of one ``AIMessage``) runs lik
    ``pg_advisory_xact_lock`` on the thread, ``statement_timeout`` / ``lock_timeout`` set locally, and
    the least-privilege agent role and the thread's tenant (from the graph config) set locally, so
    row-level security shows the tools only that tenant's rows (:mod:`agentlab.lab.tenancy`);
-3. one ledger look-up for the whole batch: a call whose idempotency key ``thread_id:tool_call_id``
-   is stored returns the stored result instead of running again (node retry, resume after a crash).
+3. one ledger look-up for the whole batch: a call whose idempotency key (tenant, thread, tool call id,
+   occurrence: :func:`idempotency_key`) is stored returns the stored result instead of running again
+   (node retry, resume after a crash).
    BEGIN, the prelude's ``SELECT`` and the look-up are pipelined: three statements, one round trip;
 4. per call a SAVEPOINT (psycopg's nested ``conn.transaction()``) holding the call's SQL and its
    ledger row, so a failure is attributed to its call and leaves the transaction usable. The ledger
@@ -53,11 +54,15 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
 from agentlab.core.errors import Category, ToolError, Translation, translate
-from agentlab.core.messages import BATCH_ROLLED_BACK, COMMIT_FAILED, DUPLICATE_CALL_ID, FAILED_PREFIX, FAILED_TEMPLATE, INVALID_CALL_ID, LEDGER_ARGS_MISMATCH, NOT_APPLIED_TEMPLATE
+from agentlab.core.messages import (
+    BATCH_ROLLED_BACK, CALL_ID_TOO_LONG, COMMIT_FAILED, DUPLICATE_CALL_ID, FAILED_PREFIX, FAILED_TEMPLATE,
+    INVALID_CALL_ID, INVALID_JSON_ARGUMENTS, LEDGER_ARGS_MISMATCH, MISSING_CALL_ID, NOT_APPLIED_TEMPLATE, batches,
+    occurrences, with_call_ids,
+)
 from agentlab.core.events import EventLog
 from agentlab.core.safeguards import Policy, Safeguards
 from agentlab.core.schema import STRICT_SCHEMA
-from agentlab.core.isolation import isolation_prelude, require_tenant
+from agentlab.core.isolation import TenantMismatch, isolation_prelude, require_tenant
 from agentlab.core.toolspec import ToolContext, ToolSpec, Toolset, result_content
 
 log = logging.getLogger(__name__)
@@ -67,9 +72,19 @@ LEDGER_LOOKUP_WITH_ARGS = (
     "SELECT idempotency_key, args, result FROM tool_executions WHERE idempotency_key = ANY(%s)"
 )
 LEDGER_INSERT = """
-INSERT INTO tool_executions (idempotency_key, thread_id, tool_call_id, tool_name, args, result, attempt)
-VALUES (%s, %s, %s, %s, %s, %s, %s)
+INSERT INTO tool_executions (idempotency_key, tenant_id, thread_id, tool_call_id, occurrence, tool_name, args, result,
+                             attempt)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
 """
+MAX_CALL_ID_CHARS = 256  # provider ids are 20-40 characters; a longer one cannot be a real id (case C19)
+# The thread's tenant: bound by the thread's first batch, read back by every later one. Under isolation it
+# runs as the agent role after the prelude, so another tenant's binding is invisible: no row = not yours.
+BIND_THREAD_TENANT = """
+WITH bound AS (INSERT INTO thread_tenants (thread_id, tenant_id) VALUES (%(thread)s, %(tenant)s)
+               ON CONFLICT (thread_id) DO NOTHING RETURNING tenant_id)
+SELECT tenant_id FROM bound UNION ALL SELECT tenant_id FROM thread_tenants WHERE thread_id = %(thread)s
+"""
+THREAD_TENANT = "SELECT tenant_id FROM thread_tenants WHERE thread_id = %s"
 BEGIN, COMMIT, ROLLBACK = "BEGIN", "COMMIT", "ROLLBACK"
 SET_SEARCH_PATH = "SELECT set_config('search_path', %s, false)"
 RESET_SEARCH_PATH = "RESET search_path"
@@ -84,9 +99,19 @@ class Outcome(str, Enum):
     NOT_APPLIED = "not_applied"  # rolled back or never ran because of another call or the infrastructure
 
 
-def idempotency_key(thread_id: str, tool_call_id: str) -> str:
-    """The ledger key of a tool call: ``thread_id:tool_call_id``."""
-    return f"{thread_id}:{tool_call_id}"
+def idempotency_key(thread_id: str, tool_call_id: str, *, tenant_id: str | None = None, occurrence: int = 0) -> str:
+    """The ledger key of a tool call: the JSON array ``[tenant_id, thread_id, tool_call_id, occurrence]``.
+
+    Each part is a JSON value, so no two different calls share a key whatever their ids hold (a thread
+    ``support-7`` with call ``x:1`` and a thread ``support-7:x`` with call ``1`` do not collide, case
+    C34), and the tenant is part of it (None without isolation). ``occurrence`` is how many earlier
+    AIMessages of the thread hold the same call id (:func:`agentlab.core.messages.occurrences`): 0 for
+    every model that sends fresh ids; a model that reuses one id on every turn (case C17) gets a new key
+    per turn, while a node retry, a resume or a replay of the same turn gets the same key again.
+    The text equals PostgreSQL's ``jsonb_build_array(...)::text`` for the same parts (the migration
+    re-keys older rows with it).
+    """
+    return json.dumps([tenant_id, thread_id, tool_call_id, occurrence], ensure_ascii=False)
 
 
 @dataclass
@@ -174,6 +199,7 @@ class _Call:
     call_id: str
     name: str
     raw_args: Any
+    occurrence: int = 0
     spec: ToolSpec | None = None
     args: Mapping[str, Any] | None = None
 
@@ -202,25 +228,34 @@ class TransactionalToolsNode:
 
     # ------------------------------------------------------------------ preparation
 
-    def _prepare(self, tool_calls: Sequence[Mapping[str, Any]]) -> tuple[list[_Call], dict[int, CallResult]]:
-        """Resolve tools, reject duplicate ids and (with validation on) invalid arguments; no SQL."""
+    def _prepare(self, tool_calls: Sequence[Mapping[str, Any]], invalid_tool_calls: Sequence[Mapping[str, Any]] = (),
+                 occurrence: Mapping[str, int] | None = None) -> tuple[list[_Call], dict[int, CallResult]]:
+        """Resolve tools, reject missing, duplicate or unstorable ids, calls whose arguments were not
+        valid JSON and (with validation on) invalid arguments; no SQL."""
         sg = self.safeguards
         calls: list[_Call] = []
         failed: dict[int, CallResult] = {}
-        ids = [str(c.get("id") or "") for c in tool_calls]
+        every = [*tool_calls, *invalid_tool_calls]
+        ids = [c.get("id") if isinstance(c.get("id"), str) else "" for c in every]
         seen: set[str] = set()
-        for i, c in enumerate(tool_calls):
+        for i, c in enumerate(every):
             call_id = ids[i]
-            if call_id in seen:
+            if call_id and call_id in seen:
                 continue  # one ToolMessage per id: the first occurrence answers for all
             seen.add(call_id)
-            call = _Call(len(calls), call_id, str(c.get("name")), c.get("args"))
+            call = _Call(len(calls), call_id, str(c.get("name")), c.get("args"), (occurrence or {}).get(call_id, 0))
             calls.append(call)
             try:
-                if ids.count(call_id) > 1 or not call_id:
+                if not call_id:  # None or "": refused by name (the graph gives such calls a stable id first)
+                    raise _Duplicate(MISSING_CALL_ID)
+                if ids.count(call_id) > 1:
                     raise _Duplicate()
                 if not _storable(call_id):  # the ledger key holds the id: a NUL or lone surrogate cannot be stored
                     raise _Duplicate(INVALID_CALL_ID)
+                if len(call_id) > MAX_CALL_ID_CHARS:  # the ledger's key index cannot hold it (SQLSTATE 54000)
+                    raise _Duplicate(CALL_ID_TOO_LONG)
+                if i >= len(tool_calls):  # AIMessage.invalid_tool_calls: the arguments were not valid JSON
+                    raise _Duplicate(INVALID_JSON_ARGUMENTS)
                 call.spec = self.toolset.get_tool(c.get("name"))
                 if sg.validation:
                     call.args = call.spec.validate(call.raw_args)
@@ -261,8 +296,22 @@ class TransactionalToolsNode:
     # ------------------------------------------------------------------ execution
 
     async def run_batch(self, tool_calls: Sequence[Mapping[str, Any]], *, thread_id: str,
-                        tenant_id: str | None = None, attempt: int = 1, final_attempt: bool = False) -> BatchResult:
+                        tenant_id: str | None = None, attempt: int = 1, final_attempt: bool = False,
+                        invalid_tool_calls: Sequence[Mapping[str, Any]] = (),
+                        occurrence: Mapping[str, int] | None = None) -> BatchResult:
         """Run one batch and return one result per distinct tool call id, in call order.
+
+        Args:
+            tool_calls: ``AIMessage.tool_calls`` (dicts with ``name``, ``args``, ``id``).
+            thread_id, tenant_id: the thread and its tenant (from the graph config, never from the model).
+            attempt, final_attempt: the node's attempt under the RetryPolicy.
+            invalid_tool_calls: ``AIMessage.invalid_tool_calls`` (arguments that were not valid JSON): each
+                is answered ``FAILED [invalid_arguments]`` and counts as a failed call of the batch.
+            occurrence: per call id, how many earlier AIMessages of the thread hold it (see
+                :func:`idempotency_key`); 0 when missing.
+
+        A call without an id (None or ``""``) is refused with ``FAILED [invalid_arguments]`` naming the
+        missing id; :meth:`as_node` never sends one, it gives such calls a stable synthetic id first.
 
         Raises:
             Exception: an infrastructure error (see :func:`agentlab.core.errors.is_infrastructure`) unless
@@ -272,7 +321,7 @@ class TransactionalToolsNode:
         sg = self.safeguards
         if sg.isolation:
             require_tenant(tenant_id)
-        calls, results = self._prepare(tool_calls)
+        calls, results = self._prepare(tool_calls, invalid_tool_calls, occurrence)
         runnable = [c for c in calls if c.index not in results]
         rolled_back = False
         if results and sg.policy is Policy.ATOMIC:
@@ -294,7 +343,7 @@ class TransactionalToolsNode:
                                    error_class=tr.error_class, detail=tr.detail, attempt=attempt)
                 if not final_attempt:
                     raise
-                await self._resolve_after_loss(runnable, results, thread_id, tr, exc)
+                await self._resolve_after_loss(runnable, results, thread_id, tenant_id, tr, exc)
                 rolled_back = not any(r.outcome is Outcome.REPLAYED for r in results.values())
         for c in calls:  # calls that never ran (batch rejected before SQL or stopped early)
             if c.index not in results:
@@ -316,21 +365,29 @@ class TransactionalToolsNode:
 
     async def _open(self, conn, runnable: list[_Call], thread_id: str, tenant_id: str | None) -> dict[str, tuple]:
         """BEGIN, the prelude (settings, role, tenant, advisory lock) and the ledger look-up for the whole
-        batch, pipelined: three statements, one round trip. Returns ``{key: (args, result)}`` of stored calls.
+        batch, pipelined: three statements, one round trip (four with a tenant: the thread's binding to
+        its tenant, :data:`BIND_THREAD_TENANT`). Returns ``{key: (args, result)}`` of stored calls.
+
+        Raises:
+            TenantMismatch: the thread belongs to another tenant (the caller rolls back).
 
         They stay three statements: in READ COMMITTED each takes its own snapshot when it starts, so the
         look-up sees every batch that committed while this one waited for the thread's lock (in the same
         statement as the lock it would not)."""
         sg = self.safeguards
         prelude = self._prelude(thread_id, tenant_id)
-        cur = None
+        cur = bind = None
         async with conn.pipeline():
             await conn.execute(BEGIN)
             if prelude is not None:
                 await conn.execute(*prelude)
+            if tenant_id is not None:
+                bind = await conn.execute(BIND_THREAD_TENANT, {"thread": thread_id, "tenant": tenant_id})
             if sg.ledger:
                 cur = await conn.execute(LEDGER_LOOKUP_WITH_ARGS,
-                                         ([idempotency_key(thread_id, c.call_id) for c in runnable],))
+                                         ([self._key(thread_id, tenant_id, c) for c in runnable],))
+        if bind is not None and tenant_id not in {t for t, in await bind.fetchall()}:
+            raise TenantMismatch("this thread belongs to another tenant; use the thread's own tenant or a new thread")
         return {k: (a, r) for k, a, r in await cur.fetchall()} if cur is not None else {}
 
     async def _run_transaction(self, runnable: list[_Call], results: dict[int, CallResult], ran_ok: set[int],
@@ -348,7 +405,7 @@ class TransactionalToolsNode:
             try:
                 stored = await self._open(conn, runnable, thread_id, tenant_id)
                 for c in runnable:
-                    key = idempotency_key(thread_id, c.call_id)
+                    key = self._key(thread_id, tenant_id, c)
                     if key in stored:
                         stored_args, stored_result = stored[key]
                         if stored_args != _as_json(c.args):
@@ -428,6 +485,10 @@ class TransactionalToolsNode:
         # the transaction usable and COMMIT keeps the other calls: the batch was not rolled back
         return aborted and in_error
 
+    @staticmethod
+    def _key(thread_id: str, tenant_id: str | None, c: _Call) -> str:
+        return idempotency_key(thread_id, c.call_id, tenant_id=tenant_id, occurrence=c.occurrence)
+
     async def _apply(self, conn, c: _Call, ctx: ToolContext, thread_id: str, attempt: int) -> tuple[dict, str]:
         """Run one call's handler and (with the ledger on) insert its ledger row; its result and the result's
         JSON text (the ToolMessage content, also the ledger's stored result)."""
@@ -435,7 +496,7 @@ class TransactionalToolsNode:
         content = result_content(result)
         if self.safeguards.ledger:
             await conn.execute(LEDGER_INSERT, (
-                idempotency_key(thread_id, c.call_id), thread_id, c.call_id, c.name,
+                self._key(thread_id, ctx.tenant_id, c), ctx.tenant_id, thread_id, c.call_id, c.occurrence, c.name,
                 json.dumps(c.args, default=str), content, attempt,
             ))
         return result, content
@@ -476,12 +537,12 @@ class TransactionalToolsNode:
                         pass  # a broken connection is discarded by the pool
 
     async def _resolve_after_loss(self, runnable: list[_Call], results: dict[int, CallResult], thread_id: str,
-                                  tr: Translation, exc: BaseException) -> None:
+                                  tenant_id: str | None, tr: Translation, exc: BaseException) -> None:
         """Last attempt after an infrastructure error: the ledger, read on a fresh connection, says
         which calls committed (a connection lost during COMMIT); everything else is NOT APPLIED."""
         stored: dict[str, Any] = {}
         if self.safeguards.ledger:
-            keys = [idempotency_key(thread_id, c.call_id) for c in runnable]
+            keys = [self._key(thread_id, tenant_id, c) for c in runnable]
             try:
                 async with self.pool.connection() as conn:
                     cur = await conn.execute(LEDGER_LOOKUP, (keys,))
@@ -489,7 +550,7 @@ class TransactionalToolsNode:
             except Exception:
                 raise exc  # cannot tell what committed: fail the run; a resume will read the ledger
         for c in runnable:
-            key = idempotency_key(thread_id, c.call_id)
+            key = self._key(thread_id, tenant_id, c)
             if key in stored:
                 results[c.index] = CallResult(c.index, c.call_id, c.name, Outcome.REPLAYED,
                                               result_content(stored[key]), result=stored[key])
@@ -504,29 +565,66 @@ class TransactionalToolsNode:
         the rollback counters. The thread id (and tenant) come from ``config["configurable"]``.
 
         Calls already answered by a ToolMessage after that AIMessage (a reviewer's rejection, see
-        :mod:`agentlab.durable.approval`) are skipped: each tool call id gets exactly one ToolMessage."""
+        :mod:`agentlab.durable.approval`) are skipped: each tool call id gets exactly one ToolMessage.
+
+        Tool call ids the model got wrong:
+
+        - no id (None or ``""``, case C15): the call gets :func:`agentlab.core.messages.synthetic_call_id`,
+          derived from the AIMessage's own id and the call's position, and the node writes the AIMessage
+          back with it (same message id, so ``add_messages`` replaces it): every retry, resume and replay
+          sees the same id, and the ledger replays instead of applying twice;
+        - arguments that were not valid JSON (``AIMessage.invalid_tool_calls``, case C16): each gets one
+          ``FAILED [invalid_arguments]``; the batch policy treats it as a failed call;
+        - one id reused on every turn (case C17): the kit *accepts* reused ids. The ledger key holds the
+          call's occurrence, the number of earlier AIMessages of the thread holding the same id. A node
+          retry, a resume after a crash or a replay of a checkpoint re-runs the *same* AIMessage after
+          the same history, so it gets the same key and the stored result; a later turn that reuses the
+          id is a new call with a new key and is applied. (Refusing reused ids instead would strand
+          models such as llama.cpp's constant id or Kimi's ``functions.NAME:0`` numbering.)
+        """
 
         async def tools(state: dict, config: RunnableConfig, runtime: Runtime) -> dict:
-            messages = state["messages"]
+            messages = list(state["messages"])
             at = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AIMessage)), None)
-            tool_calls = messages[at].tool_calls if at is not None else []
+            fixed = with_call_ids(messages[at]) if at is not None else None
+            if fixed is not None:
+                messages[at] = fixed
+            tool_calls, invalid = (list(messages[at].tool_calls),
+                                   list(messages[at].invalid_tool_calls)) if at is not None else ([], [])
             if at is not None and at < len(messages) - 1:  # some calls were answered already (rejected)
-                answered = {m.tool_call_id for m in messages[at + 1:] if isinstance(m, ToolMessage)}
+                answered = next(replies for i, _, replies in batches(messages) if i == at)
                 tool_calls = [tc for tc in tool_calls if tc.get("id") not in answered]
+                invalid = [tc for tc in invalid if tc.get("id") not in answered]
             conf = config.get("configurable", {})
             info = getattr(runtime, "execution_info", None)
             attempt = getattr(info, "node_attempt", 1) or 1
+            thread_id = str(conf.get("thread_id", "default"))
             batch = await self.run_batch(
-                tool_calls, thread_id=str(conf.get("thread_id", "default")),
-                tenant_id=conf.get("tenant_id"), attempt=attempt, final_attempt=attempt >= self.max_attempts,
+                tool_calls, thread_id=thread_id, tenant_id=await self.thread_tenant(thread_id, conf.get("tenant_id")),
+                attempt=attempt, final_attempt=attempt >= self.max_attempts, invalid_tool_calls=invalid,
+                occurrence=occurrences(messages, at) if at is not None else None,
             )
             return {
-                "messages": batch.messages,
+                "messages": ([fixed] if fixed is not None else []) + batch.messages,
                 "rollbacks": (state.get("rollbacks", 0) + 1) if batch.rolled_back else 0,
                 "rollbacks_total": state.get("rollbacks_total", 0) + int(batch.rolled_back),
             }
 
         return tools
+
+    async def thread_tenant(self, thread_id: str, configured: str | None) -> str | None:
+        """The tenant a batch of ``thread_id`` runs for: ``configured`` (the graph config's) when given, else
+        the tenant the thread's first batch bound it to (``thread_tenants``), else None.
+
+        A config LangGraph hands back (``get_state_history`` snapshots, ``aupdate_state`` results) carries
+        only thread, namespace and checkpoint id; replaying it must run for the thread's own tenant (case
+        C25). The tenant never comes from the model. A configured tenant that differs from the bound one
+        is refused by the batch itself (:class:`agentlab.core.isolation.TenantMismatch`)."""
+        if configured is not None:
+            return configured
+        async with self.pool.connection() as conn:
+            row = await (await conn.execute(THREAD_TENANT, (thread_id,))).fetchone()
+        return row[0] if row else None
 
 
 async def _rollback_quietly(conn) -> None:

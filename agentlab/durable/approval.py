@@ -21,7 +21,8 @@ With an :class:`ApprovalPolicy`, :func:`agentlab.core.graph.build_graph` puts an
    call was rejected, the run goes straight back to ``agent``.
 
 The side effect itself (the refund) happens after approval, in the tools node, under the ledger's
-key ``thread_id:tool_call_id``; the payment leaves through the outbox under its natural key. So a
+key (tenant, thread, tool call id, occurrence); the payment leaves through the outbox under its
+natural key. So a
 resume days later, after the provider has forgotten its idempotency keys, still pays once: the
 outbox row exists once and the worker looks the payment up by that key before paying. (The refund
 is not keyed by thread, node and step: that key names *the approval*, and two different calls

@@ -9,8 +9,8 @@ on a branch of the same thread.
 What re-executes: every node after the chosen checkpoint, none before it. The database sees it so:
 
 - a replay from a checkpoint whose next node is ``tools`` re-runs the batch with the *same* tool
-  call ids (they are in the checkpointed AIMessage): the ledger (``thread_id:tool_call_id``) returns
-  the stored results, and nothing is written twice;
+  call ids (they are in the checkpointed AIMessage): the ledger (keyed by tenant, thread, tool call
+  id and occurrence) returns the stored results, and nothing is written twice;
 - a replay from a checkpoint whose next node is ``agent`` calls the model again, which mints *new*
   tool call ids (a real model does; so does the scripted one): the ledger cannot recognise them.
   Only natural keys protect business uniqueness then (one credit memo and one refund per reference,
