@@ -392,98 +392,162 @@ class TransactionalToolsNode:
 
     async def _run_transaction(self, runnable: list[_Call], results: dict[int, CallResult], ran_ok: set[int],
                                thread_id: str, tenant_id: str | None, attempt: int) -> bool:
-        """Run ``runnable`` in one transaction. Returns True when the batch was rolled back.
+        """Run ``runnable`` in one transaction; True when the batch was rolled back. The safe path is
+        :meth:`_run_with_savepoints`; without savepoints, the first draft :meth:`_run_without_savepoints`."""
+        run = self._run_with_savepoints if self.safeguards.savepoints else self._run_without_savepoints
+        return await run(runnable, results, ran_ok, thread_id, tenant_id, attempt)
 
-        The transaction is opened by :meth:`_open` and ended here with COMMIT or ROLLBACK; each call's
-        savepoint is psycopg's nested ``conn.transaction()`` inside it."""
+    # ------------------------------------------------------------------ the safe path
+
+    async def _run_with_savepoints(self, runnable: list[_Call], results: dict[int, CallResult], ran_ok: set[int],
+                                   thread_id: str, tenant_id: str | None, attempt: int) -> bool:
+        """One transaction (opened by :meth:`_open`), a savepoint per call (psycopg's nested
+        ``conn.transaction()``), every applied call reported only after COMMIT returned (case C12).
+
+        A call the ledger holds is replayed; a failed call rolls back its savepoint only; under the atomic
+        policy it also ends the batch with ROLLBACK and its siblings are answered NOT APPLIED."""
         sg = self.safeguards
         stop = False
-        aborted = False
-        commit_failed: Translation | None = None
         pending: dict[int, CallResult] = {}
         async with self.pool.connection() as conn:
             try:
                 stored = await self._open(conn, runnable, thread_id, tenant_id)
                 for c in runnable:
-                    key = self._key(thread_id, tenant_id, c)
-                    if key in stored:
-                        stored_args, stored_result = stored[key]
-                        if stored_args != _as_json(c.args):
-                            # the same id with other arguments (an edited fork): the earlier call stands
-                            tr = translate(ToolError(LEDGER_ARGS_MISMATCH, Category.CONFLICT))
-                            results[c.index] = _failed(c.index, c.call_id, c.name, tr)
-                            if sg.policy is Policy.ATOMIC:
-                                stop = True
-                                break
-                            continue
-                        results[c.index] = CallResult(c.index, c.call_id, c.name, Outcome.REPLAYED,
-                                                      result_content(stored_result), result=stored_result)
+                    result = self._from_ledger(c, stored.get(self._key(thread_id, tenant_id, c)))
+                    if result is None:
+                        result = await self._call(conn, c, thread_id, tenant_id, attempt, savepoint=True)
+                    if result.outcome is Outcome.APPLIED:
+                        pending[c.index] = result  # reported only after COMMIT returns
+                        ran_ok.add(c.index)
+                        if self.hooks.after_call:
+                            await _run_hooks(self.hooks.after_call, c, c.index)
                         continue
-                    if self.hooks.before_call:
-                        await _run_hooks(self.hooks.before_call, c, c.index)
-                    t0 = time.perf_counter()
-                    ctx = ToolContext(thread_id, c.call_id, sg, self.provider, tenant_id)
-                    try:
-                        if sg.savepoints:
-                            async with conn.transaction():
-                                result, content = await self._apply(conn, c, ctx, thread_id, attempt)
-                        else:
-                            result, content = await self._apply(conn, c, ctx, thread_id, attempt)
-                    except Exception as exc:
-                        tr = translate(exc, allowed_args=c.spec.arg_names, sanitize=sg.sanitize)
-                        if tr.infrastructure:
-                            raise
-                        results[c.index] = _failed(c.index, c.call_id, c.name, tr)
-                        results[c.index].latency_ms = (time.perf_counter() - t0) * 1000
-                        if not sg.savepoints:
-                            aborted = True  # the transaction is aborted; later calls meet 25P02
-                            continue
-                        if sg.policy is Policy.ATOMIC:
-                            stop = True
-                            break
-                        continue
-                    done = CallResult(c.index, c.call_id, c.name, Outcome.APPLIED, content,
-                                      result=result, latency_ms=(time.perf_counter() - t0) * 1000)
-                    if sg.savepoints:
-                        pending[c.index] = done  # reported only after COMMIT returns
-                    else:
-                        results[c.index] = done  # a first draft reports as it goes: the C09 trap
-                    ran_ok.add(c.index)
-                    if self.hooks.after_call:
-                        await _run_hooks(self.hooks.after_call, c, c.index)
-                in_error = conn.info.transaction_status is TransactionStatus.INERROR
-                # COMMIT of an aborted transaction is turned into ROLLBACK by the server
-                try:
-                    await conn.execute(ROLLBACK if stop else COMMIT)
-                except psycopg.Error as exc:  # e.g. a deferred constraint checked at COMMIT (case C12)
-                    commit_failed = translate(exc, sanitize=sg.sanitize)
-                    if commit_failed.infrastructure:
-                        raise
+                    results[c.index] = result
+                    if result.outcome is Outcome.FAILED and sg.policy is Policy.ATOMIC:
+                        stop = True
+                        break
+                commit_failed = await self._end(conn, stop)
             except BaseException:
                 await _rollback_quietly(conn)
                 raise
-        if commit_failed is not None:  # the server rolled the whole batch back: no call of it is applied
-            ran_ok.clear()
-            self.events.record("tools", "commit_failed", thread_id=thread_id, attempt=attempt,
-                               sqlstate=commit_failed.sqlstate, error_class=commit_failed.error_class,
-                               detail=commit_failed.detail)
-            for c in runnable:
-                r = results.get(c.index) or pending.get(c.index)
-                if r is None or r.outcome is Outcome.APPLIED:
-                    results[c.index] = _commit_failed(c, commit_failed)
+        if commit_failed is not None:
+            self._commit_failed(runnable, results, pending, ran_ok, commit_failed, thread_id, attempt)
             return True
-        if aborted and in_error:
-            self.events.record("tools", "commit_rolled_back", thread_id=thread_id, attempt=attempt,
-                               detail="COMMIT of an aborted transaction was turned into ROLLBACK")
         if stop:
             ran_ok.clear()
             for i, r in pending.items():
                 results[i] = _not_applied(i, r.call_id, r.tool, BATCH_ROLLED_BACK)
             return True
         results.update(pending)
-        # without savepoints a failure the database never saw (a refused call, a tool's own error) leaves
-        # the transaction usable and COMMIT keeps the other calls: the batch was not rolled back
+        return False
+
+    # ------------------------------------------------------------------ the first draft: no savepoints
+
+    async def _run_without_savepoints(self, runnable: list[_Call], results: dict[int, CallResult],
+                                      ran_ok: set[int], thread_id: str, tenant_id: str | None, attempt: int) -> bool:
+        """One transaction and no savepoints, as a first draft writes it: each call is reported as it
+        goes, a failure the database saw aborts the transaction, the later calls meet SQLSTATE 25P02 and
+        COMMIT is turned into ROLLBACK by the server, so calls reported applied are not stored (case C09)."""
+        sg = self.safeguards
+        stop = aborted = False
+        async with self.pool.connection() as conn:
+            try:
+                stored = await self._open(conn, runnable, thread_id, tenant_id)
+                for c in runnable:
+                    replayed = self._from_ledger(c, stored.get(self._key(thread_id, tenant_id, c)))
+                    if replayed is not None:
+                        results[c.index] = replayed
+                        if replayed.outcome is Outcome.FAILED and sg.policy is Policy.ATOMIC:
+                            stop = True
+                            break
+                        continue
+                    result = await self._call(conn, c, thread_id, tenant_id, attempt, savepoint=False)
+                    results[c.index] = result  # a first draft reports as it goes: the C09 trap
+                    if result.outcome is Outcome.APPLIED:
+                        ran_ok.add(c.index)
+                        if self.hooks.after_call:
+                            await _run_hooks(self.hooks.after_call, c, c.index)
+                    else:
+                        aborted = True  # the transaction may be aborted; later calls then meet 25P02
+                in_error = conn.info.transaction_status is TransactionStatus.INERROR
+                commit_failed = await self._end(conn, stop)
+            except BaseException:
+                await _rollback_quietly(conn)
+                raise
+        if commit_failed is not None:
+            self._commit_failed(runnable, results, {}, ran_ok, commit_failed, thread_id, attempt)
+            return True
+        if aborted and in_error:
+            self.events.record("tools", "commit_rolled_back", thread_id=thread_id, attempt=attempt,
+                               detail="COMMIT of an aborted transaction was turned into ROLLBACK")
+        if stop:
+            ran_ok.clear()
+            return True
+        # a failure the database never saw (a refused call, a tool's own error) leaves the transaction
+        # usable and COMMIT keeps the other calls: the batch was not rolled back
         return aborted and in_error
+
+    # ------------------------------------------------------------------ shared by both
+
+    def _from_ledger(self, c: _Call, stored: tuple | None) -> CallResult | None:
+        """The answer the ledger gives for ``c``: its stored result (REPLAYED), FAILED [conflict] when the
+        stored arguments differ (an edited fork: the earlier call stands), or None when it has no row."""
+        if stored is None:
+            return None
+        stored_args, stored_result = stored
+        if stored_args != _as_json(c.args):
+            return _failed(c.index, c.call_id, c.name, translate(ToolError(LEDGER_ARGS_MISMATCH, Category.CONFLICT)))
+        return CallResult(c.index, c.call_id, c.name, Outcome.REPLAYED, result_content(stored_result),
+                          result=stored_result)
+
+    async def _call(self, conn, c: _Call, thread_id: str, tenant_id: str | None, attempt: int, *,
+                    savepoint: bool) -> CallResult:
+        """Run one call's handler and ledger insert on ``conn`` (inside a savepoint of its own when
+        ``savepoint``, rolled back on failure): APPLIED, or FAILED with its translated reason. An
+        infrastructure error is raised (the graph's retry policy decides)."""
+        if self.hooks.before_call:
+            await _run_hooks(self.hooks.before_call, c, c.index)
+        t0 = time.perf_counter()
+        ctx = ToolContext(thread_id, c.call_id, self.safeguards, self.provider, tenant_id)
+        try:
+            if savepoint:
+                async with conn.transaction():
+                    result, content = await self._apply(conn, c, ctx, thread_id, attempt)
+            else:
+                result, content = await self._apply(conn, c, ctx, thread_id, attempt)
+        except Exception as exc:
+            tr = translate(exc, allowed_args=c.spec.arg_names, sanitize=self.safeguards.sanitize)
+            if tr.infrastructure:
+                raise
+            failed = _failed(c.index, c.call_id, c.name, tr)
+            failed.latency_ms = (time.perf_counter() - t0) * 1000
+            return failed
+        return CallResult(c.index, c.call_id, c.name, Outcome.APPLIED, content, result=result,
+                          latency_ms=(time.perf_counter() - t0) * 1000)
+
+    async def _end(self, conn, stop: bool) -> Translation | None:
+        """COMMIT (or ROLLBACK when ``stop``); the translated reason when COMMIT itself failed, e.g. a
+        deferred constraint (case C12). The server turns COMMIT of an aborted transaction into ROLLBACK."""
+        try:
+            await conn.execute(ROLLBACK if stop else COMMIT)
+        except psycopg.Error as exc:
+            commit_failed = translate(exc, sanitize=self.safeguards.sanitize)
+            if commit_failed.infrastructure:
+                raise
+            return commit_failed
+        return None
+
+    def _commit_failed(self, runnable: list[_Call], results: dict[int, CallResult], pending: dict[int, CallResult],
+                       ran_ok: set[int], commit_failed: Translation, thread_id: str, attempt: int) -> None:
+        """The server rolled the whole batch back at COMMIT: no call of it is applied."""
+        ran_ok.clear()
+        self.events.record("tools", "commit_failed", thread_id=thread_id, attempt=attempt,
+                           sqlstate=commit_failed.sqlstate, error_class=commit_failed.error_class,
+                           detail=commit_failed.detail)
+        for c in runnable:
+            r = results.get(c.index) or pending.get(c.index)
+            if r is None or r.outcome is Outcome.APPLIED:
+                results[c.index] = _commit_failed(c, commit_failed)
 
     @staticmethod
     def _key(thread_id: str, tenant_id: str | None, c: _Call) -> str:
