@@ -10,10 +10,12 @@ and a 54000 the server does raise (a thread id too long for the ledger's key) is
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import secrets
 
 import psycopg
+import pytest
 from psycopg import errors as pgerr
 
 from agentlab.core.errors import PASSING_OUTAGES, is_infrastructure, translate
@@ -79,14 +81,26 @@ async def test_c19_a_6000_character_call_id_is_refused_once_without_retry(harnes
 
 
 async def test_c19_a_real_54000_from_the_ledger_fails_its_call_and_is_not_retried(harness):
-    node = harness.node(preset("full"))
+    # full without isolation and with no tenant: the ledger INSERT is the first statement to index the thread
+    node = harness.node(dataclasses.replace(preset("full"), isolation=False))
     thread = "t-c19-" + secrets.token_hex(1800)  # 3,606 incompressible characters: the key's index row is too big
     # final_attempt=False: an error classified as infrastructure would be raised here for the graph to retry
-    batch = await node.run_batch(calls("call_a"), thread_id=thread, tenant_id="acme", attempt=1)
+    batch = await node.run_batch(calls("call_a"), thread_id=thread, attempt=1)
 
     assert [r.category for r in batch.results] == ["invalid_arguments", "not_applied"]
     assert batch.results[0].translation.sqlstate == "54000"
     assert batch.results[0].content.startswith("FAILED [invalid_arguments]: a value is too large")
     assert batch.rolled_back
+
+
+async def test_c19_under_full_a_thread_id_too_long_for_the_index_is_permanent_not_retried(harness):
+    """Under full the thread's tenant binding indexes the thread id first: a batch-level 54000, raised
+    (the run fails once with the server's error) instead of being retried as an outage."""
+    node = harness.node(preset("full"))
+    with pytest.raises(pgerr.ProgramLimitExceeded) as raised:
+        await node.run_batch(calls("call_a"), thread_id="t-c19-" + secrets.token_hex(1800), tenant_id="acme")
+    assert not is_infrastructure(raised.value)
+    assert await scalar(harness, CREDIT) == 5000
+    assert await scalar(harness, "SELECT count(*) FROM tool_executions") == 0
     assert await scalar(harness, CREDIT) == 5000
     assert await scalar(harness, "SELECT count(*) FROM tool_executions") == 0

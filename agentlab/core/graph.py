@@ -119,12 +119,13 @@ async def repair_orphans(messages: list[AnyMessage], pool, thread_id: str,
 
 
 def repeated_refusal(messages: list[AnyMessage]) -> tuple[str, int] | None:
-    """The refused call (tool name) that came back most often in the current run, when it did so at least
-    twice, as ``(tool, times)``; None otherwise.
+    """The refused call sent most often in the current run, as ``(tool name, times)``; None when no call
+    was refused.
 
     A run is what follows the last HumanMessage. A call counts when its answer reads ``FAILED [...]``
-    with a category of :data:`REFUSAL_CATEGORIES` (not a raw error, which the naive presets return); two calls are the same when tool and arguments are equal,
-    whatever ids they had and whatever calls came between (case C24)."""
+    with a category of :data:`REFUSAL_CATEGORIES` (not a raw error, which the naive presets return);
+    two calls are the same when tool and arguments are equal, whatever ids they had and whatever
+    calls came between (case C24)."""
     start = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=-1) + 1
     counts: dict[str, tuple[str, int]] = {}
     for _, m, replies in batches(messages[start:]):
@@ -138,7 +139,7 @@ def repeated_refusal(messages: list[AnyMessage]) -> tuple[str, int] | None:
             sig = json.dumps([tc.get("name"), args], sort_keys=True, default=str)
             counts[sig] = (str(tc.get("name")), counts.get(sig, ("", 0))[1] + 1)
     best = max(counts.values(), key=lambda v: v[1], default=None)
-    return best if best is not None and best[1] >= 2 else None
+    return best
 
 
 def build_graph(model, node: TransactionalToolsNode, *, checkpointer=None, max_rollbacks: int | None = None,

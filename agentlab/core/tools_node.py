@@ -236,12 +236,12 @@ class TransactionalToolsNode:
         calls: list[_Call] = []
         failed: dict[int, CallResult] = {}
         every = [*tool_calls, *invalid_tool_calls]
-        ids = [c.get("id") if isinstance(c.get("id"), str) else "" for c in every]
+        ids = [str(c.get("id") or "") for c in every]
         seen: set[str] = set()
         for i, c in enumerate(every):
             call_id = ids[i]
-            if call_id and call_id in seen:
-                continue  # one ToolMessage per id: the first occurrence answers for all
+            if call_id in seen:
+                continue  # one ToolMessage per id: the first occurrence answers for all (missing ids too)
             seen.add(call_id)
             call = _Call(len(calls), call_id, str(c.get("name")), c.get("args"), (occurrence or {}).get(call_id, 0))
             calls.append(call)
