@@ -80,7 +80,8 @@ _EXPORTS = {
         "retention_experiment", "thread_activity",
     ),
     "durable.saga": (
-        "Backoff", "RunStatus", "SagaBusy", "SagaDefinition", "SagaError", "SagaReport", "SagaRunner", "Step",
+        "AbortRefused", "Backoff", "RunStatus", "SagaBusy", "SagaDefinition", "SagaError", "SagaFenced", "SagaReport",
+        "SagaRunner", "Step",
         "StepContext", "StepStatus",
     ),
     "durable.saga_frames": (

@@ -439,6 +439,12 @@ MIGRATIONS: list[tuple[str, str]] = [
             USING ({TENANT_PREDICATE}) WITH CHECK ({TENANT_PREDICATE});
         """,
     ),
+    (
+        "saga runs: the owner token (a fencing token) of the runner that claimed the run",
+        """
+        ALTER TABLE saga_runs ADD COLUMN owner_token uuid;
+        """,
+    ),
 ]
 
 INSERT_SEED_CUSTOMER = (
