@@ -73,7 +73,7 @@ _EXPORTS = {
         "fork", "replay", "replay_and_fork_experiment", "run_from", "thread_counts", "thread_history",
     ),
     "durable.jobs": (
-        "JobFailed", "JobLost", "JobResult", "JobStatus", "JobStore", "JobTimeout",
+        "JobFailed", "JobKeyConflict", "JobLost", "JobResult", "JobStatus", "JobStore", "JobTimeout",
     ),
     "durable.retention": (
         "RetentionPolicy", "RetentionReport", "apply_retention", "checkpoint_bytes", "retention_chart",
