@@ -460,6 +460,12 @@ MIGRATIONS: list[tuple[str, str]] = [
                 WHERE i.id = credit_memos.invoice_id AND i.customer_id = credit_memos.customer_id)));
         """,
     ),
+    (
+        "outbox: pending rows by thread, for delivering a thread's messages in order",
+        """
+        CREATE INDEX outbox_pending_thread ON outbox (thread_id, id) WHERE status = 'pending';
+        """,
+    ),
 ]
 
 INSERT_SEED_CUSTOMER = (
