@@ -8,6 +8,8 @@ locks the run row and checks the owner token (fencing), so A is refused with :cl
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from agentlab.demos.payout_saga import notice_model, payout_effects, payout_input, store_credit_payout
@@ -74,3 +76,45 @@ async def test_c32_two_runners_on_one_saga_run_the_one_that_lost_its_lock_cannot
     }
     # the pool still works after A's lock connection died: a new runner reads the finished run
     assert (await SagaRunner(harness.pool, saga, **FAST).resume(run_id)).status == "compensated"
+
+
+class _ReentrantLockRunner(SagaRunner):
+    """A runner whose advisory lock gives no exclusivity, as behind a transaction-mode pooler (PgBouncer
+    ``pool_mode = transaction``), where both runners' session locks land on one shared server session
+    and are re-entrant. Only the fencing is left to keep the runs apart."""
+
+    @contextlib.asynccontextmanager
+    async def _run_lock(self, run_id: int):
+        yield
+
+
+async def test_c32_fencing_holds_when_the_advisory_lock_is_reentrant(harness):
+    async with harness.pool.connection() as conn:
+        (cid,) = await create_customers(conn, [CustomerSpec("acme", "Shared session", OPENING)], "public")
+    saga = store_credit_payout(notice_model())
+    a, b = _ReentrantLockRunner(harness.pool, saga, **FAST), _ReentrantLockRunner(harness.pool, saga, **FAST)
+    held: list[RowLock] = []
+    seen: dict = {}
+
+    async def busy_before_the_refund(position, name):
+        if position == 3:
+            held.append(await RowLock.acquire(harness.url, cid))
+
+    async def b_aborts_while_a_backs_off(position, attempt, exc):
+        if position == 4 and not seen:
+            while held:
+                await held.pop().release()
+            run_id = await scalar(harness, "SELECT id FROM saga_runs WHERE run_key = 'payout-c32b'")
+            seen["b"] = await b.abort(run_id, "a second runner got in")
+
+    a.hooks.after_step.append(busy_before_the_refund)
+    a.hooks.after_failure.append(b_aborts_while_a_backs_off)
+    try:
+        with pytest.raises(SagaFenced):
+            await a.start("payout-c32b", payout_input(cid, AMOUNT, "SC-32b"))
+    finally:
+        while held:
+            await held.pop().release()
+    assert seen["b"].status == "compensated"
+    assert await scalar(harness, "SELECT count(*) FROM refunds WHERE customer_id = %s", (cid,)) == 0
+    assert (await payout_effects(harness, cid, OPENING))["credit_deducted_cents"] == 0
