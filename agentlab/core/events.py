@@ -44,16 +44,19 @@ _COLUMNS = frozenset(EVENT_COLUMNS)
 INSERT_EVENT = f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({', '.join(['%s'] * len(EVENT_COLUMNS))})"
 COPY_EVENTS = f"COPY events ({', '.join(EVENT_COLUMNS)}) FROM STDIN"
 RECOVERED_DETAIL = "recovered from the ledger: the call committed, its event was not written"
-# An ``applied`` call event for each ledger row (of the threads given, or all when NULL) that has none.
+# An ``applied`` call event for each ledger row (of the threads given, or all when NULL) that has none: a
+# call id's n-th ledger row (a model that reuses ids has one per occurrence) needs n applied events.
 RECOVER_FROM_LEDGER = f"""
 INSERT INTO events (thread_id, node, tool_name, tool_call_id, outcome, kind, attempt, started_at, detail)
-SELECT t.thread_id, 'tools', t.tool_name, t.tool_call_id, 'applied', 'call', t.attempt, t.created_at,
+SELECT l.thread_id, 'tools', l.tool_name, l.tool_call_id, 'applied', 'call', l.attempt, l.created_at,
        '{RECOVERED_DETAIL}'
-FROM tool_executions t
-WHERE (%(threads)s::text[] IS NULL OR t.thread_id = ANY(%(threads)s::text[]))
-  AND NOT EXISTS (SELECT 1 FROM events e WHERE e.thread_id = t.thread_id AND e.tool_call_id = t.tool_call_id
-                                          AND e.kind = 'call' AND e.outcome = 'applied')
-ORDER BY t.created_at
+FROM (SELECT t.thread_id, t.tool_name, t.tool_call_id, t.attempt, t.created_at,
+             row_number() OVER (PARTITION BY t.thread_id, t.tool_call_id ORDER BY t.created_at, t.occurrence) AS n
+      FROM tool_executions t
+      WHERE %(threads)s::text[] IS NULL OR t.thread_id = ANY(%(threads)s::text[])) l
+WHERE l.n > (SELECT count(*) FROM events e WHERE e.thread_id = l.thread_id AND e.tool_call_id = l.tool_call_id
+                                            AND e.kind = 'call' AND e.outcome = 'applied')
+ORDER BY l.created_at
 """
 
 
