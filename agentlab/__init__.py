@@ -73,14 +73,15 @@ _EXPORTS = {
         "fork", "replay", "replay_and_fork_experiment", "run_from", "thread_counts", "thread_history",
     ),
     "durable.jobs": (
-        "JobFailed", "JobLost", "JobResult", "JobStatus", "JobStore", "JobTimeout",
+        "JobFailed", "JobKeyConflict", "JobLost", "JobResult", "JobStatus", "JobStore", "JobTimeout",
     ),
     "durable.retention": (
         "RetentionPolicy", "RetentionReport", "apply_retention", "checkpoint_bytes", "retention_chart",
         "retention_experiment", "thread_activity",
     ),
     "durable.saga": (
-        "Backoff", "RunStatus", "SagaBusy", "SagaDefinition", "SagaError", "SagaReport", "SagaRunner", "Step",
+        "AbortRefused", "Backoff", "RunStatus", "SagaBusy", "SagaDefinition", "SagaError", "SagaFenced", "SagaReport",
+        "SagaRunner", "Step",
         "StepContext", "StepStatus",
     ),
     "durable.saga_frames": (

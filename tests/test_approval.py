@@ -111,8 +111,10 @@ async def test_approval_resumed_three_days_later_refunds_exactly_once(harness):
     await harness.events.flush()
     assert await fetch(harness, "SELECT outcome, error_class FROM events WHERE kind = 'node' AND node = 'tools' "
                                 "ORDER BY id") == [("error", "agentlab.core.errors.SimulatedCrash"), ("ok", None)]
-    assert await fetch(harness, "SELECT outcome, count(*) FROM events WHERE kind = 'call' GROUP BY 1") == [
-        ("replayed", 2)]  # the re-run answered from the ledger
+    # the re-run answered from the ledger; the crashed run's applied events, never written, were rebuilt
+    # from the ledger rows by the flush (C38)
+    assert await fetch(harness, "SELECT outcome, count(*) FROM events WHERE kind = 'call' GROUP BY 1 ORDER BY 1") == [
+        ("applied", 2), ("replayed", 2)]
     assert await scalar(harness, "SELECT count(*) FROM refunds") == 2
     assert await scalar(harness, "SELECT count(*) FROM tool_executions") == 2
     assert await fetch(harness, "SELECT status, count(*) FROM outbox GROUP BY status") == [("dispatched", 2)]

@@ -129,7 +129,7 @@ async def test_ex07_2_the_ledger_remembers_what_the_crashed_run_applied(harness)
     await ex07_ledger.crash_and_resume(harness, ledger=True, crash_point="after_commit", thread_id="t-ex07")
     report = await ex07_ledger.ledger_report(harness, "t-ex07")
     assert report.to_dict("records") == [
-        {"tool": tool, "applied": 0, "replayed": 1, "ledger_rows": 1}
+        {"tool": tool, "applied": 1, "replayed": 1, "ledger_rows": 1}  # applied: rebuilt from the ledger (C38)
         for tool in ("ApplyCredit", "CreateCreditMemo", "QueueRefund")
     ]
 

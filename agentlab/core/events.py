@@ -5,6 +5,13 @@ error detail (passwords redacted; never shown to the model), attempt and latency
 Events go to the ``agentlab.core.events`` logger at once and to the ``events`` table in batches
 (:meth:`EventLog.flush`), outside the business transaction, so a rolled-back batch keeps its record.
 
+No event of an applied call is lost for good (case C38). The ledger row commits with the call, so
+the event is recoverable from it: every flush, in its own transaction, adds an ``applied`` event
+(detail :data:`RECOVERED_DETAIL`) for each ledger row of the flushed threads that has none, as after
+a process killed before its buffer was written; :meth:`EventLog.recover` does it for every thread.
+A flush that fails keeps its rows buffered (up to ``max_buffer``) and retries them at the next
+flush; what is dropped (a full buffer, :meth:`EventLog.abandon`) is counted in ``dropped`` and logged.
+
 Every event has a ``kind``: ``node`` (one per node execution, written only by
 :func:`observe_node`, with super-step, start time and token counts),
 ``call`` (one per tool call in a batch, written by the tools node) or ``note`` (anything else a node
@@ -36,6 +43,21 @@ EVENT_KINDS = ("node", "call", "note")
 _COLUMNS = frozenset(EVENT_COLUMNS)
 INSERT_EVENT = f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({', '.join(['%s'] * len(EVENT_COLUMNS))})"
 COPY_EVENTS = f"COPY events ({', '.join(EVENT_COLUMNS)}) FROM STDIN"
+RECOVERED_DETAIL = "recovered from the ledger: the call committed, its event was not written"
+# An ``applied`` call event for each ledger row (of the threads given, or all when NULL) that has none: a
+# call id's n-th ledger row (a model that reuses ids has one per occurrence) needs n applied events.
+RECOVER_FROM_LEDGER = f"""
+INSERT INTO events (thread_id, node, tool_name, tool_call_id, outcome, kind, attempt, started_at, detail)
+SELECT l.thread_id, 'tools', l.tool_name, l.tool_call_id, 'applied', 'call', l.attempt, l.created_at,
+       '{RECOVERED_DETAIL}'
+FROM (SELECT t.thread_id, t.tool_name, t.tool_call_id, t.attempt, t.created_at,
+             row_number() OVER (PARTITION BY t.thread_id, t.tool_call_id ORDER BY t.created_at, t.occurrence) AS n
+      FROM tool_executions t
+      WHERE %(threads)s::text[] IS NULL OR t.thread_id = ANY(%(threads)s::text[])) l
+WHERE l.n > (SELECT count(*) FROM events e WHERE e.thread_id = l.thread_id AND e.tool_call_id = l.tool_call_id
+                                            AND e.kind = 'call' AND e.outcome = 'applied')
+ORDER BY l.created_at
+"""
 
 
 class EventLog:
@@ -44,19 +66,32 @@ class EventLog:
     Args:
         pool: an ``AsyncConnectionPool`` on the kit's database, or None to log only.
         flush_at: buffered events that trigger a write.
+        max_buffer: events kept for a retry while flushes fail; beyond it the oldest are dropped
+            (counted in ``dropped``, logged).
+
+    Attributes:
+        dropped: events dropped without being written (a full buffer, :meth:`abandon`).
+        failed_flushes: flushes that could not write (their rows stayed buffered).
+        recovered: ``applied`` events rebuilt from the ledger by flushes and :meth:`recover`.
     """
 
-    def __init__(self, pool=None, *, flush_at: int = 200):
+    def __init__(self, pool=None, *, flush_at: int = 200, max_buffer: int = 10_000):
         self.pool = pool
         self.flush_at = flush_at
+        self.max_buffer = max_buffer
         self._buffer: list[tuple] = []
         self.server_lost = False  # set by :meth:`abandon`: flushes drop their rows instead of waiting
+        self.dropped = 0
+        self.failed_flushes = 0
+        self.recovered = 0
 
     def abandon(self) -> None:
-        """The server is gone: drop what is buffered (logged as a count) and every later flush, instead of
-        waiting for a connection that will not come."""
+        """The server is gone: drop what is buffered (logged as a count, added to ``dropped``) and every
+        later flush, instead of waiting for a connection that will not come. Applied calls' events can
+        be rebuilt from the ledger later (:meth:`recover`)."""
         if self._buffer:
             log.warning("%d events not written: the database server is gone", len(self._buffer))
+            self.dropped += len(self._buffer)
         self._buffer, self.server_lost = [], True
 
     def record(self, node: str, outcome: str, **fields: Any) -> None:
@@ -74,6 +109,14 @@ class EventLog:
         if log.isEnabledFor(level):
             log.log(level, "event %s", {k: v for k, v in row.items() if v is not None}, extra={"agentlab_event": row})
         self._buffer.append(tuple(map(row.get, EVENT_COLUMNS)))
+        if len(self._buffer) > self.max_buffer:
+            self._drop_oldest(len(self._buffer) - self.max_buffer)
+
+    def _drop_oldest(self, n: int) -> None:
+        del self._buffer[:n]
+        self.dropped += n
+        log.warning("%d events dropped: the buffer holds at most %d while flushes fail (%d dropped in all)",
+                    n, self.max_buffer, self.dropped)
 
     @property
     def pending(self) -> int:
@@ -84,20 +127,58 @@ class EventLog:
             await self.flush()
 
     async def flush(self) -> int:
-        """Write buffered events; return how many. Failures are logged, never raised."""
+        """Write buffered events, then rebuild any missing ``applied`` event of the flushed threads from
+        the ledger (one transaction); return how many rows were written (recovered ones included).
+
+        Failures are logged, never raised: the rows stay buffered and the next flush retries them
+        (``failed_flushes`` counts the failures).
+        """
         rows, self._buffer = self._buffer, []
         if not rows or self.pool is None or self.server_lost:
             return 0
+        threads = sorted({r[0] for r in rows if r[0] is not None})
         try:
-            async with self.pool.connection() as conn:
+            async with self.pool.connection() as conn, conn.transaction():
                 async with conn.cursor() as cur, cur.copy(COPY_EVENTS) as copy:  # one COPY, not a statement per row
                     for row in rows:
                         await copy.write_row(row)
+                recovered = (await conn.execute(RECOVER_FROM_LEDGER, {"threads": threads})).rowcount
         except Exception as exc:  # observability must never break the run (nor flood a failing one)
-            log.warning("could not write %d events (%s: %s)", len(rows), type(exc).__name__, exc,
-                        exc_info=log.isEnabledFor(logging.DEBUG))
+            self.failed_flushes += 1
+            self._buffer[:0] = rows  # kept, in order, for the next flush
+            if len(self._buffer) > self.max_buffer:
+                self._drop_oldest(len(self._buffer) - self.max_buffer)
+            log.warning("could not write %d events (%s: %s); they stay buffered for the next flush", len(rows),
+                        type(exc).__name__, exc, exc_info=log.isEnabledFor(logging.DEBUG))
             return 0
-        return len(rows)
+        if recovered:
+            self.recovered += recovered
+            log.info("%d applied-call events recovered from the ledger", recovered)
+        return len(rows) + recovered
+
+    async def close(self) -> None:
+        """The last flush: what it cannot write is counted in ``dropped`` and logged, never lost silently."""
+        await self.flush()
+        if self._buffer:
+            log.warning("%d events not written at close (%d flushes failed)", len(self._buffer), self.failed_flushes)
+            self.dropped += len(self._buffer)
+            self._buffer = []
+
+    async def recover(self, thread_ids: list[str] | None = None) -> int:
+        """Flush, then add an ``applied`` event for every ledger row (of ``thread_ids``, or of every
+        thread) that has none, as after a process killed before its events were written; return how
+        many were added.
+
+        Raises:
+            psycopg.Error: the database refused (unlike :meth:`flush`, an explicit call reports it).
+        """
+        await self.flush()
+        if self.pool is None:
+            return 0
+        async with self.pool.connection() as conn:
+            recovered = (await conn.execute(RECOVER_FROM_LEDGER, {"threads": thread_ids})).rowcount
+        self.recovered += recovered
+        return recovered
 
 
 def _storable(value: Any) -> Any:

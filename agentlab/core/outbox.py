@@ -15,7 +15,10 @@ The worker then, per round, in one transaction:
 
 Topics: ``payment.charge`` and ``payment.refund`` go to the payment provider; ``notify.email`` goes
 to the notification sink (:mod:`agentlab.sim.notifier`), which has no idempotency keys at all, so the
-look-up by reference in step 2 is the only thing that keeps a message to one delivery.
+look-up by reference in step 2 is the only thing that keeps a message to one delivery. Messages to
+people keep their order per thread: a ``notify.email`` row is not claimed while an earlier one of the
+same thread is pending (backing off after a timeout, say), so a saga's correction never reaches the
+customer before the notice it corrects. A row parked as ``dead_letter`` no longer holds the later ones.
 
 Sources: PostgreSQL "SELECT ... FOR UPDATE SKIP LOCKED" (SQL Commands, SELECT, The Locking Clause);
 Stripe "Idempotent requests".
@@ -47,9 +50,15 @@ ON CONFLICT (dedupe_key) DO NOTHING
 RETURNING id
 """
 
-CLAIM_DUE = """
-SELECT id, topic, payload, dedupe_key, attempts FROM outbox
+# A message to a person waits while an earlier message of the same thread (a saga run's, an agent
+# thread's) is still pending: a correction never overtakes the notice it corrects (C37).
+IN_ORDER = f"""NOT (o.topic = '{NOTIFY_TOPIC}' AND o.thread_id IS NOT NULL AND EXISTS (
+    SELECT 1 FROM outbox e WHERE e.status = 'pending' AND e.topic = '{NOTIFY_TOPIC}'
+                           AND e.thread_id = o.thread_id AND e.id < o.id))"""
+CLAIM_DUE = f"""
+SELECT id, topic, payload, dedupe_key, attempts FROM outbox o
 WHERE status = 'pending' AND available_at <= now() AND (%(thread)s::text IS NULL OR thread_id = %(thread)s)
+  AND {IN_ORDER}
 ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
 """
 MARK_DISPATCHED = """
@@ -63,9 +72,9 @@ UPDATE outbox SET attempts = attempts + 1, last_error = %s,
 WHERE id = %s
 """
 MARK_DEAD = "UPDATE outbox SET status = 'dead_letter', attempts = attempts + 1, last_error = %s WHERE id = %s"
-NEXT_DUE = """
-SELECT min(available_at) - now() FROM outbox
-WHERE status = 'pending' AND (%(thread)s::text IS NULL OR thread_id = %(thread)s)
+NEXT_DUE = f"""
+SELECT min(available_at) - now() FROM outbox o
+WHERE status = 'pending' AND (%(thread)s::text IS NULL OR thread_id = %(thread)s) AND {IN_ORDER}
 """
 COUNT_BY_STATUS = "SELECT status, count(*) FROM outbox GROUP BY status"
 

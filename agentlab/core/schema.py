@@ -439,6 +439,33 @@ MIGRATIONS: list[tuple[str, str]] = [
             USING ({TENANT_PREDICATE}) WITH CHECK ({TENANT_PREDICATE});
         """,
     ),
+    (
+        "saga runs: the owner token (a fencing token) of the runner that claimed the run",
+        """
+        ALTER TABLE saga_runs ADD COLUMN owner_token uuid;
+        """,
+    ),
+    (
+        "a credit memo's invoice must be its customer's invoice: a composite foreign key (and the policy)",
+        f"""
+        ALTER TABLE public.invoices ADD CONSTRAINT invoices_customer_id_unique UNIQUE (customer_id, id);
+        ALTER TABLE public.credit_memos ADD CONSTRAINT credit_memos_invoice_customer_fk
+            FOREIGN KEY (customer_id, invoice_id) REFERENCES public.invoices (customer_id, id);
+        -- under row security, the same refusal (42501) for another customer's invoice as for none at all
+        DROP POLICY credit_memos_tenant ON public.credit_memos;
+        CREATE POLICY credit_memos_tenant ON public.credit_memos TO {AGENT_ROLE}
+            USING ({TENANT_PREDICATE})
+            WITH CHECK ({TENANT_PREDICATE} AND (credit_memos.invoice_id IS NULL OR EXISTS (
+                SELECT 1 FROM public.invoices i
+                WHERE i.id = credit_memos.invoice_id AND i.customer_id = credit_memos.customer_id)));
+        """,
+    ),
+    (
+        "outbox: pending rows by thread, for delivering a thread's messages in order",
+        """
+        CREATE INDEX outbox_pending_thread ON outbox (thread_id, id) WHERE status = 'pending';
+        """,
+    ),
 ]
 
 INSERT_SEED_CUSTOMER = (

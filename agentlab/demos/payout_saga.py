@@ -10,8 +10,9 @@
                            result stored and never asked for again
  3     ``notify_customer`` queue the notice as an e-mail through the  external: cannot be unsent; queue a
                            outbox (``notify.email``)                  correction, the step is "sent but unwound"
- 4     ``queue_refund``    the refund row and its payment intent      (last step: nothing after it can fail)
-                           (the tools' own ``QueueRefund`` handler)
+ 4     ``queue_refund``    the refund row and its payment intent      none: money paid out is the point of no
+                           (the tools' own ``QueueRefund`` handler)   return (``pivot``): once it committed the
+                                                                      run only goes forward, abort is refused
 =====  ==================  =========================================  ========================================
 
 Step 4 fails *permanently* when the reference was refunded already (the natural key
@@ -131,7 +132,7 @@ def store_credit_payout(model=None) -> SagaDefinition:
         Step("hold_credit", hold_credit, release_credit),
         Step("write_notice", write_notice(model), None, in_transaction=False),
         Step("notify_customer", notify_customer, send_correction, external=True),
-        Step("queue_refund", refund_to_card, None),
+        Step("queue_refund", refund_to_card, None, pivot=True),
     ))
 
 

@@ -67,6 +67,15 @@ class JobLost(AgentlabError):
     The worker's transaction rolls back, its writes with it."""
 
 
+class JobKeyConflict(AgentlabError):
+    """Raised when a job key is used again with another kind or other arguments: a key names one job
+    (as the ledger's idempotency key names one tool call). Nothing is submitted or run."""
+
+    def __init__(self, job_key: str):
+        super().__init__(JOB_KEY_CONFLICT.format(key=job_key))
+        self.job_key = job_key
+
+
 class JobFailed(AgentlabError):
     """Raised by :meth:`JobStore.run` when the job's last attempt failed; ``error`` is its stored error."""
 
@@ -76,6 +85,11 @@ class JobFailed(AgentlabError):
         self.error = error
 
 
+JOB_KEY_CONFLICT = ("job key {key!r} was submitted before with another kind or other arguments; a job key binds "
+                    "to its kind and arguments: use a new key for a new job")
+SAME_JOB = """
+SELECT kind = %s AND args = %s::jsonb FROM jobs WHERE job_key = %s AND status <> 'failed'
+"""
 SUBMIT = """
 INSERT INTO jobs (job_key, kind, args) VALUES (%s, %s, %s)
 ON CONFLICT (job_key) WHERE status <> 'failed' DO NOTHING
@@ -163,12 +177,25 @@ class JobStore:
         self._tasks: set[asyncio.Task] = set()
 
     async def submit(self, job_key: str, kind: str, args: dict) -> Job:
-        """The live job for ``job_key``, created ``pending`` if there is none (idempotent)."""
+        """The live job for ``job_key``, created ``pending`` if there is none (idempotent).
+
+        Raises:
+            JobKeyConflict: the key's live job has another kind or other arguments (the database
+                compares them, ``jsonb`` equality, before and after the insert). A failed job is
+                history: after it the key is free for a corrected job, as its partial unique index says.
+        """
+        encoded = json.dumps(args, default=str)
         async with self.pool.connection() as conn:
-            await conn.execute(SUBMIT, (job_key, kind, json.dumps(args, default=str)))
+            same = await (await conn.execute(SAME_JOB, (kind, encoded, job_key))).fetchone()
+            if same is not None and not same[0]:
+                raise JobKeyConflict(job_key)
+            await conn.execute(SUBMIT, (job_key, kind, encoded))
             row = await (await conn.execute(FIND_LIVE, (job_key,))).fetchone()
+            same = await (await conn.execute(SAME_JOB, (kind, encoded, job_key))).fetchone()
         if row is None:  # pragma: no cover - a concurrent failure between the two statements; retry
             return await self.submit(job_key, kind, args)
+        if not same[0]:  # a concurrent first submission with other arguments won the insert
+            raise JobKeyConflict(job_key)
         return Job.from_row(row)
 
     async def get(self, job_key: str) -> Job | None:
@@ -217,6 +244,7 @@ class JobStore:
         """Do the job for ``job_key`` once, however often it is called; see the module docstring.
 
         Raises:
+            JobKeyConflict: ``job_key`` was used with another ``kind`` or other ``args``; nothing runs.
             JobTimeout: ``timeout_s`` passed before the job finished (it may finish later: call again).
             JobFailed: the job's attempt failed.
         """

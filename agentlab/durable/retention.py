@@ -11,7 +11,17 @@ kilobytes per turn). The retention job sorts the threads by their last checkpoin
 - **expired** (older than ``delete_after_s`` and not waiting on a person): ``adelete_thread``.
   A thread with a pending interrupt is never deleted: someone still has to answer it.
 
-It uses the checkpointer's own calls only and never touches the kit's tables: the ledger
+A thread can come back between the classification and the delete or prune (the user returns; the
+run stops on an approval). Each action is therefore guarded on the checkpoint the thread was
+classified by (:attr:`RetentionReport.classified`): a thread whose latest checkpoint has changed since,
+that waits for approval (a pending ``approval_requests`` row or interrupt), or whose thread lock a
+tools batch holds (the tools node's ``pg_advisory_xact_lock``) is left alone
+(:attr:`RetentionReport.left_alone`). Deletes run in one transaction that first locks the checkpoint
+tables against writes (``SHARE ROW EXCLUSIVE``, for milliseconds), so the check and the delete see
+the same rows; a prune re-checks right before the checkpointer's ``aprune``, whose ``keep_latest``
+reads one snapshot and keeps the latest checkpoint it sees.
+
+It never deletes from the kit's tables (it reads ``approval_requests``): the ledger
 (``tool_executions``) must outlive the checkpoints (it is what stops a resumed or replayed batch
 from applying twice), and the outbox holds payments still to be sent. :class:`RetentionReport`
 carries their row counts before and after, so a test can check it.
@@ -43,10 +53,36 @@ SELECT l.thread_id, l.last_ts,
        (SELECT count(*) FROM checkpoints c WHERE c.thread_id = l.thread_id) AS checkpoints,
        EXISTS (SELECT 1 FROM checkpoint_writes w
                WHERE w.thread_id = l.thread_id AND w.checkpoint_ns = '' AND w.checkpoint_id = l.checkpoint_id
-                 AND w.channel = '__interrupt__') AS waiting,
-       coalesce(%(now)s::timestamptz, now()) - l.last_ts AS idle
+                 AND w.channel = '__interrupt__')
+       OR EXISTS (SELECT 1 FROM approval_requests a WHERE a.thread_id = l.thread_id AND a.status = 'pending')
+           AS waiting,
+       coalesce(%(now)s::timestamptz, now()) - l.last_ts AS idle,
+       l.checkpoint_id
 FROM latest l ORDER BY l.thread_id
 """
+# The threads (of those given, with the checkpoint each was classified by) that are still as they were:
+# that checkpoint is still the latest, no tools batch holds the thread lock, and (unless waiting is allowed,
+# as a prune allows it: keep_latest keeps the interrupt) nothing waits for approval.
+STILL_AS_CLASSIFIED = """
+SELECT c.thread_id FROM unnest(%(threads)s::text[], %(checkpoints)s::text[]) AS c (thread_id, checkpoint_id)
+WHERE (SELECT k.checkpoint_id FROM checkpoints k WHERE k.thread_id = c.thread_id AND k.checkpoint_ns = ''
+       ORDER BY k.checkpoint_id DESC LIMIT 1) = c.checkpoint_id
+  AND (%(waiting_allowed)s OR NOT EXISTS (
+           SELECT 1 FROM checkpoint_writes w
+           WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = '' AND w.checkpoint_id = c.checkpoint_id
+             AND w.channel = '__interrupt__'))
+  AND (%(waiting_allowed)s OR NOT EXISTS (
+           SELECT 1 FROM approval_requests a WHERE a.thread_id = c.thread_id AND a.status = 'pending'))
+  AND pg_try_advisory_xact_lock(hashtextextended(c.thread_id, 0))
+ORDER BY c.thread_id
+"""
+LOCK_CHECKPOINT_TABLES = "LOCK TABLE checkpoints, checkpoint_writes, checkpoint_blobs IN SHARE ROW EXCLUSIVE MODE"
+DELETE_THREADS = (  # what the checkpointer's adelete_thread runs, for many threads in one transaction
+    "DELETE FROM checkpoints WHERE thread_id = ANY(%s)",
+    "DELETE FROM checkpoint_blobs WHERE thread_id = ANY(%s)",
+    "DELETE FROM checkpoint_writes WHERE thread_id = ANY(%s)",
+)
+DELETE_BATCH = 200  # threads per delete transaction (each holds one advisory lock per thread until it ends)
 THREAD_BYTES = """
 SELECT thread_id, 'checkpoints' AS tbl, count(*), coalesce(sum(pg_column_size(t.*)), 0)
 FROM checkpoints t WHERE thread_id = ANY(%(threads)s) GROUP BY thread_id
@@ -88,6 +124,8 @@ class RetentionReport:
     pruned: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)  # threads with a pending interrupt (never deleted)
+    left_alone: list[str] = field(default_factory=list)  # classified idle or expired, but moved on since
+    classified: dict[str, str] = field(default_factory=dict)  # thread -> its latest checkpoint id when classified
     before: object = None  # pandas DataFrame per thread (see :func:`checkpoint_bytes`)
     after: object = None
     relation_bytes_before: int = 0
@@ -106,7 +144,8 @@ class RetentionReport:
             steps = int(before.at[thread, "checkpoints_rows"]) or 1
             b = int(before.at[thread, "total_bytes"])
             a = int(after.at[thread, "total_bytes"]) if thread in after.index else 0
-            action = ("deleted" if thread in self.deleted else "pruned" if thread in self.pruned else "kept")
+            action = ("deleted" if thread in self.deleted else "pruned" if thread in self.pruned else
+                      "left alone" if thread in self.left_alone else "kept")
             rows.append({"thread_id": thread, "action": action, "super_steps": steps, "bytes_before": b,
                          "bytes_after": a, "bytes_per_super_step_before": round(b / steps, 1),
                          "bytes_per_super_step_after": round(a / steps, 1)})
@@ -119,7 +158,7 @@ class RetentionReport:
         steps = int(self.before["checkpoints_rows"].sum()) if self.before is not None else 0
         return {
             "kept": len(self.kept), "pruned": len(self.pruned), "deleted": len(self.deleted),
-            "waiting": len(self.waiting), "super_steps": steps,
+            "waiting": len(self.waiting), "left_alone": len(self.left_alone), "super_steps": steps,
             "row_bytes_before": total_before, "row_bytes_after": total_after,
             "bytes_per_super_step_before": round(total_before / steps, 1) if steps else None,
             "bytes_per_super_step_after": round(total_after / steps, 1) if steps else None,
@@ -129,7 +168,8 @@ class RetentionReport:
 
 
 async def thread_activity(pool, *, now: dt.datetime | None = None):
-    """Every thread with checkpoints: last checkpoint time, checkpoints, waiting on an interrupt, idle time.
+    """Every thread with checkpoints: last checkpoint time, checkpoints, waiting (on an interrupt or a
+    pending approval request), idle time, and the id of its latest checkpoint, as a DataFrame.
 
     ``now`` (default: the database's ``now()``) lets a notebook or a test look from a later day.
     """
@@ -137,7 +177,7 @@ async def thread_activity(pool, *, now: dt.datetime | None = None):
 
     async with pool.connection() as conn:
         rows = await (await conn.execute(THREAD_ACTIVITY, {"now": now})).fetchall()
-    return pd.DataFrame(rows, columns=["thread_id", "last_ts", "checkpoints", "waiting", "idle"])
+    return pd.DataFrame(rows, columns=["thread_id", "last_ts", "checkpoints", "waiting", "idle", "checkpoint_id"])
 
 
 async def checkpoint_bytes(pool, thread_ids: list[str]):
@@ -173,44 +213,85 @@ async def _kit_rows(pool) -> tuple[int, int]:
 
 
 async def apply_retention(saver, pool, policy: RetentionPolicy = RetentionPolicy(), *,
-                          now: dt.datetime | None = None, dry_run: bool = False) -> RetentionReport:
+                          now: dt.datetime | None = None, dry_run: bool = False,
+                          plan: RetentionReport | None = None) -> RetentionReport:
     """Run the retention job once; return what it did, with bytes and the kit's row counts around it.
 
     Args:
         saver: the ``AsyncPostgresSaver`` (the harness's ``h.saver``).
-        pool: a pool on the same database (the harness's ``h.pool``), for the measurements.
+        pool: a pool on the same database (the harness's ``h.pool``), for the guards and measurements.
         policy: the windows.
         now: the time to judge idleness at (default: the database's ``now()``).
         dry_run: classify and measure only.
+        plan: a dry run's report to act on instead of classifying again (its ``classified``
+            checkpoints guard every action, however long ago it ran).
+
+    Returns:
+        The report: ``pruned`` and ``deleted`` list what was done; threads that moved on since they
+        were classified are in ``left_alone`` with every checkpoint kept.
     """
-    activity = await thread_activity(pool, now=now)
     report = RetentionReport()
-    replayable = dt.timedelta(seconds=policy.replayable_for_s)
-    expired = dt.timedelta(seconds=policy.delete_after_s)
-    for row in activity.itertuples(index=False):
-        if row.waiting:
-            report.waiting.append(row.thread_id)
-        if row.idle <= replayable:
-            report.kept.append(row.thread_id)
-        elif row.idle > expired and not row.waiting:
-            report.deleted.append(row.thread_id)
-        else:
-            report.pruned.append(row.thread_id)
-    threads = list(activity["thread_id"])
+    if plan is None:
+        activity = await thread_activity(pool, now=now)
+        replayable = dt.timedelta(seconds=policy.replayable_for_s)
+        expired = dt.timedelta(seconds=policy.delete_after_s)
+        for row in activity.itertuples(index=False):
+            report.classified[row.thread_id] = row.checkpoint_id
+            if row.waiting:
+                report.waiting.append(row.thread_id)
+            if row.idle <= replayable:
+                report.kept.append(row.thread_id)
+            elif row.idle > expired and not row.waiting:
+                report.deleted.append(row.thread_id)
+            else:
+                report.pruned.append(row.thread_id)
+    else:
+        report.kept, report.pruned, report.deleted = list(plan.kept), list(plan.pruned), list(plan.deleted)
+        report.waiting, report.classified = list(plan.waiting), dict(plan.classified)
+    threads = list(report.classified)
     report.before = await checkpoint_bytes(pool, threads)
     report.relation_bytes_before = await _relation_bytes(pool)
     ledger_before, outbox_before = await _kit_rows(pool)
     if not dry_run:
-        if report.pruned:
-            await saver.aprune(report.pruned, strategy="keep_latest")
-        for thread in report.deleted:
-            await saver.adelete_thread(thread)
+        pruned = [t for t in report.pruned if await _prune_guarded(saver, pool, t, report.classified[t])]
+        deleted = await _delete_guarded(pool, report.deleted, report.classified)
+        report.left_alone = sorted(set(report.pruned) - set(pruned) | set(report.deleted) - set(deleted))
+        report.pruned, report.deleted = pruned, deleted
     report.after = await checkpoint_bytes(pool, threads)
     report.relation_bytes_after = await _relation_bytes(pool)
     ledger_after, outbox_after = await _kit_rows(pool)
     report.ledger_rows = (ledger_before, ledger_after)
     report.outbox_rows = (outbox_before, outbox_after)
     return report
+
+
+async def _prune_guarded(saver, pool, thread: str, checkpoint_id: str) -> bool:
+    """Prune one thread if it is still as classified (checked right before ``aprune``); True if pruned."""
+    async with pool.connection() as conn:
+        still = await (await conn.execute(STILL_AS_CLASSIFIED, {"threads": [thread], "checkpoints": [checkpoint_id],
+                                                                "waiting_allowed": True})).fetchall()
+    if not still:
+        return False
+    await saver.aprune([thread], strategy="keep_latest")
+    return True
+
+
+async def _delete_guarded(pool, threads: list[str], classified: dict[str, str]) -> list[str]:
+    """Delete the threads still as classified, in transactions that lock out checkpoint writes while
+    they check and delete; return the threads deleted."""
+    deleted: list[str] = []
+    for start in range(0, len(threads), DELETE_BATCH):
+        batch = threads[start:start + DELETE_BATCH]
+        async with pool.connection() as conn, conn.transaction():
+            await conn.execute(LOCK_CHECKPOINT_TABLES)
+            rows = await (await conn.execute(STILL_AS_CLASSIFIED, {
+                "threads": batch, "checkpoints": [classified[t] for t in batch], "waiting_allowed": False})).fetchall()
+            still = [r[0] for r in rows]
+            if still:
+                for statement in DELETE_THREADS:
+                    await conn.execute(statement, (still,))
+        deleted += still
+    return deleted
 
 
 def retention_chart(report: RetentionReport, *, ax=None, title: str | None = None,

@@ -23,10 +23,21 @@ key, ``saga_steps``, one row per step, and the journal ``saga_log``) survives th
   what is left (a partial unique index holds it to one per run). :meth:`SagaRunner.resume` after the
   fix retries that compensation, resolves the row and goes on.
 
-Only one runner works on a run at a time (a session advisory lock per run, :class:`SagaBusy`).
+- **Point of no return.** A ``pivot`` step (a refund paid out, a contract signed) cannot be undone:
+  once it committed the run can only go forward. :meth:`SagaRunner.abort` is refused
+  (:class:`AbortRefused`), and a permanent failure after it parks the run instead of compensating.
+
+Only one runner works on a run at a time. A session advisory lock per run refuses a second runner
+early (:class:`SagaBusy`), but no correctness rests on it: a session can be terminated, and behind a
+transaction-mode pooler it is shared. Each runner *claims* the run with a fresh owner token (a
+fencing token), and every transaction that commits a step, a compensation or a change of state
+first locks the run row and checks the token, the status and the direction; a runner that lost the
+run gets :class:`SagaFenced` and its transaction rolls back.
 
 Sources: H. Garcia-Molina and K. Salem, "Sagas" (1987); PostgreSQL docs "Advisory Locks",
-"Partial Indexes"; DBOS Transact (exactly-once steps, retries with capped backoff).
+"Partial Indexes", "Row-Level Locks"; DBOS Transact (exactly-once steps, retries with capped backoff);
+Azure Architecture Center, "Saga distributed transactions pattern" (compensable, pivot and retryable
+steps); M. Kleppmann, "How to do distributed locking" (fencing tokens).
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -73,8 +85,19 @@ class SagaBusy(AgentlabError):
     """Raised when another runner holds the run (its advisory lock)."""
 
 
+class SagaFenced(SagaBusy):
+    """Raised when a runner's transaction finds the run claimed by another runner (its owner token
+    replaced) or moved to another status or direction: that transaction rolls back, nothing of it is kept."""
+
+
 class SagaError(AgentlabError):
-    """Raised when a run does not match the definition given (another saga, other steps)."""
+    """Raised when a run does not match the definition given (another saga, other steps), or a run key
+    is reused with another input."""
+
+
+class AbortRefused(SagaError):
+    """Raised when :meth:`SagaRunner.abort` cannot compensate: a pivot step (the point of no return)
+    has committed, so the run can only go forward (:meth:`SagaRunner.resume` finishes it)."""
 
 
 @dataclass
@@ -115,6 +138,9 @@ class Step:
         in_transaction: False for work that must not hold a transaction open (a model call).
         external: the effect leaves the system (a message, a payment): it can only be corrected.
         compensation_args: what to record for the compensation, from the result (default: the result).
+        pivot: the point of no return: an effect nothing undoes (money paid out). Once it committed,
+            the run only goes forward: abort is refused, a later permanent failure parks the run.
+            ``compensate=None`` alone means "nothing to undo", which a compensation may skip.
     """
 
     name: str
@@ -123,6 +149,7 @@ class Step:
     in_transaction: bool = True
     external: bool = False
     compensation_args: Callable[[dict, StepContext], dict] | None = None
+    pivot: bool = False
 
     def compensation_record(self, result: dict, ctx: StepContext) -> dict:
         """The compensating action stored with the completed step: ``{"undo": name | None, "args": {...}}``."""
@@ -143,6 +170,8 @@ class SagaDefinition:
         names = [s.name for s in self.steps]
         if len(set(names)) != len(names):
             raise ValueError("step names must be unique within a saga")
+        if any(s.pivot and s.compensate is not None for s in self.steps):
+            raise ValueError("a pivot step cannot be undone: give it no compensation")
 
 
 @dataclass(frozen=True)
@@ -190,7 +219,7 @@ INSERT_RUN = """
 INSERT INTO saga_runs (saga, run_key, input) VALUES (%s, %s, %s)
 ON CONFLICT (run_key) DO NOTHING RETURNING id
 """
-FIND_RUN = "SELECT id FROM saga_runs WHERE run_key = %s"
+FIND_RUN = "SELECT id, saga, input = %s FROM saga_runs WHERE run_key = %s"
 INSERT_STEP = "INSERT INTO saga_steps (run_id, position, name, external) VALUES (%s, %s, %s, %s)"
 LOAD_RUN = """
 SELECT id, saga, run_key, status, direction, input, failed_step, parked_reason FROM saga_runs WHERE id = %s
@@ -200,6 +229,8 @@ SELECT position, name, status, attempts, result, compensation FROM saga_steps WH
 """
 RUN_LOCK = "SELECT pg_try_advisory_lock(hashtextextended('saga:' || %s::text, 0))"
 RUN_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended('saga:' || %s::text, 0))"
+CLAIM_RUN = "UPDATE saga_runs SET owner_token = %s WHERE id = %s"
+LOCK_RUN = "SELECT status, direction, owner_token FROM saga_runs WHERE id = %s FOR NO KEY UPDATE"
 SET_LOCAL_TIMEOUTS = "SELECT set_config('lock_timeout', %s, true), set_config('statement_timeout', %s, true)"
 LOCK_STEP = "SELECT status, attempts FROM saga_steps WHERE run_id = %s AND position = %s FOR UPDATE"
 MARK_RUNNING = """
@@ -245,6 +276,17 @@ OPEN_COMPENSATION_NEEDED = """
 SELECT id, position, step, action, reason, created_at FROM compensation_needed
 WHERE run_id = %s AND status = 'open' ORDER BY id
 """
+RUN_KEY_REUSED = ("run key {key!r} names run {run_id}, which {what}; a run key binds to its saga and input: "
+                  "start the new run with a new key")
+ABORT_REFUSED = ("saga run {run_id} cannot be aborted: step {pos} ({step}) is its point of no return and has "
+                 "committed, so nothing can undo it; the run can only go forward (resume finishes it)")
+PAST_PIVOT_FAILURE = ("step {pos} ({step}) failed permanently after the point of no return, step {pivot} "
+                      "({pivot_step}), had committed: the run can only go forward; fix the cause and resume")
+FENCED_OWNER = "saga run {run_id} was claimed by another runner; this runner's transaction is rolled back"
+FENCED_STATE = ("saga run {run_id} is {status} ({direction}), not {expected} ({expected_direction}); this runner's "
+                "transaction is rolled back")
+
+
 @dataclass
 class SagaReport:
     """A run as the database holds it after the runner returned."""
@@ -303,7 +345,14 @@ class SagaRunner:
     # ------------------------------------------------------------------ public API
 
     async def start(self, run_key: str, input: dict) -> SagaReport:
-        """Create the run for ``run_key`` (once: a second start finds it) and run it as far as it goes."""
+        """Create the run for ``run_key`` (once: a second start with the same input finds it) and run
+        it as far as it goes.
+
+        Raises:
+            SagaError: ``run_key`` names a run of another saga or with another input (a run key binds
+                to its input; nothing is changed).
+            SagaBusy: another runner holds the run.
+        """
         async with self.pool.connection() as conn, conn.transaction():
             row = await (await conn.execute(INSERT_RUN, (self.saga.name, run_key, Jsonb(input)))).fetchone()
             if row is not None:
@@ -312,7 +361,11 @@ class SagaRunner:
                     await conn.execute(INSERT_STEP, (run_id, pos, step.name, step.external))
                 await conn.execute(INSERT_LOG, (run_id, None, None, "started", None, None, None))
             else:
-                run_id = (await (await conn.execute(FIND_RUN, (run_key,))).fetchone())[0]
+                run_id, saga, same_input = await (await conn.execute(FIND_RUN, (Jsonb(input), run_key))).fetchone()
+                if saga != self.saga.name or not same_input:
+                    raise SagaError(RUN_KEY_REUSED.format(key=run_key, run_id=run_id,
+                                                          what="belongs to another saga" if saga != self.saga.name
+                                                          else "was started with another input"))
         return await self.resume(run_id)
 
     async def resume(self, run_id: int) -> SagaReport:
@@ -320,31 +373,45 @@ class SagaRunner:
 
         Raises:
             SagaBusy: another runner holds the run.
+            SagaFenced: another runner claimed the run while this one worked (this one's last
+                transaction rolled back).
             SagaError: the run belongs to another saga.
         """
-        async with self._run_lock(run_id):
-            run = await self._load_run(run_id)
+        async with self._claim(run_id) as run:
             if run["status"] == RunStatus.PARKED.value:
                 status = RunStatus.RUNNING if run["direction"] == "forward" else RunStatus.COMPENSATING
-                await self._set_run(run_id, status, run["direction"], None, None, "resumed",
-                                    detail=run["parked_reason"])
-                run = await self._load_run(run_id)
+                await self._set_run(run, status, run["direction"], None, None, "resumed",
+                                    detail=run["parked_reason"], expect=RunStatus.PARKED)
+                run = await self._reload(run)
             if run["status"] == RunStatus.RUNNING.value:
                 failed = await self._forward(run)
                 if failed is not None:
-                    await self._set_run(run_id, RunStatus.COMPENSATING, "backward", failed, None, "compensating")
-                    run = await self._load_run(run_id)
+                    pivot = await self._turn_back(run, failed, "compensating", None)
+                    if pivot is not None:
+                        reason = PAST_PIVOT_FAILURE.format(pos=failed, step=self.saga.steps[failed - 1].name,
+                                                           pivot=pivot[0], pivot_step=pivot[1])
+                        await self._set_run(run, RunStatus.PARKED, "forward", failed, reason, "parked",
+                                            detail=reason, expect=RunStatus.RUNNING)
+                    run = await self._reload(run)
             if run["status"] == RunStatus.COMPENSATING.value:
                 await self._backward(run)
         return await self.report(run_id)
 
     async def abort(self, run_id: int, reason: str) -> SagaReport:
-        """A person's choice for a run parked going forward: give up and compensate what completed."""
-        async with self._run_lock(run_id):
-            run = await self._load_run(run_id)
+        """A person's choice for a run going forward (parked, or left ``running`` by a dead process):
+        give up and compensate what completed, in reverse order.
+
+        Raises:
+            AbortRefused: a pivot step (the point of no return) has committed; nothing is changed and
+                the refusal is journaled (``abort_refused``): :meth:`resume` finishes the run.
+            SagaBusy / SagaFenced / SagaError: as :meth:`resume`.
+        """
+        async with self._claim(run_id) as run:
             if run["status"] in (RunStatus.RUNNING.value, RunStatus.PARKED.value) and run["direction"] == "forward":
-                await self._set_run(run_id, RunStatus.COMPENSATING, "backward", None, None, "aborted", detail=reason)
-                await self._backward(await self._load_run(run_id))
+                pivot = await self._turn_back(run, None, "aborted", reason)
+                if pivot is not None:
+                    raise AbortRefused(ABORT_REFUSED.format(run_id=run_id, pos=pivot[0], step=pivot[1]))
+                await self._backward(await self._reload(run))
         return await self.report(run_id)
 
     async def report(self, run_id: int) -> SagaReport:
@@ -381,11 +448,13 @@ class SagaRunner:
                                     else self._run_outside(run, pos, step, results))
                 except _AlreadyDone:
                     result = (await self._load_steps(run["id"]))[pos]["result"]
+                except SagaFenced:
+                    raise
                 except Exception as exc:
                     transient = is_transient(exc)
                     retry = transient and tries < self.retry.max_attempts
                     delay = self.retry.delay_s(tries) if retry else 0.0
-                    attempt = await self._record_failure(run["id"], pos, step, exc, counted=step.in_transaction,
+                    attempt = await self._record_failure(run, pos, step, exc, counted=step.in_transaction,
                                                          detail=(f"transient; retry in {delay:.3f} s" if retry else
                                                                  "transient; attempts exhausted" if transient else
                                                                  "permanent"))
@@ -396,20 +465,19 @@ class SagaRunner:
                     if transient:
                         cls, _ = _describe(exc)
                         reason = f"step {pos} ({step.name}) still failing after {tries} attempts: {cls}"
-                        await self._set_run(run["id"], RunStatus.PARKED, "forward", None, reason, "parked",
-                                            detail=reason)
+                        await self._set_run(run, RunStatus.PARKED, "forward", None, reason, "parked",
+                                            detail=reason, expect=RunStatus.RUNNING)
                         return None
                     return pos
                 results[step.name] = result
                 await _run_hooks(self.hooks.after_step, pos, step.name)
                 break
-        await self._set_run(run["id"], RunStatus.COMPLETED, "forward", None, None, "finished")
+        await self._set_run(run, RunStatus.COMPLETED, "forward", None, None, "finished", expect=RunStatus.RUNNING)
         return None
 
     async def _run_local(self, run: dict, pos: int, step: Step, results: dict) -> dict:
-        """The step's effect and its completion record in one transaction."""
-        async with self.pool.connection() as conn, conn.transaction():
-            await conn.execute(SET_LOCAL_TIMEOUTS, (f"{self.lock_timeout_ms}ms", f"{self.statement_timeout_ms}ms"))
+        """The step's effect and its completion record in one transaction (fenced: see :meth:`_txn`)."""
+        async with self._txn(run, RunStatus.RUNNING, "forward") as conn:
             status, attempts = await (await conn.execute(LOCK_STEP, (run["id"], pos))).fetchone()
             if status == StepStatus.COMPLETED.value:
                 raise _AlreadyDone()
@@ -422,7 +490,7 @@ class SagaRunner:
 
     async def _run_outside(self, run: dict, pos: int, step: Step, results: dict) -> dict:
         """Mark the step running (commit), do the work outside any transaction, store its result."""
-        async with self.pool.connection() as conn, conn.transaction():
+        async with self._txn(run, RunStatus.RUNNING, "forward") as conn:
             status, _ = await (await conn.execute(LOCK_STEP, (run["id"], pos))).fetchone()
             if status == StepStatus.COMPLETED.value:
                 raise _AlreadyDone()
@@ -430,7 +498,7 @@ class SagaRunner:
             await conn.execute(INSERT_LOG, (run["id"], pos, step.name, "started", attempt, None, None))
         ctx = self._ctx(run, pos, step, attempt, results, None)
         result = await step.action(ctx)
-        async with self.pool.connection() as conn, conn.transaction():
+        async with self._txn(run, RunStatus.RUNNING, "forward") as conn:
             record = step.compensation_record(result, ctx)
             cur = await conn.execute(COMPLETE_STEP, (attempt, Jsonb(result), Jsonb(record), run["id"], pos))
             if cur.rowcount != 1:
@@ -438,15 +506,32 @@ class SagaRunner:
             await conn.execute(INSERT_LOG, (run["id"], pos, step.name, "completed", attempt, None, None))
         return result
 
-    async def _record_failure(self, run_id: int, pos: int, step: Step, exc: BaseException, *, counted: bool,
+    async def _record_failure(self, run: dict, pos: int, step: Step, exc: BaseException, *, counted: bool,
                               detail: str) -> int:
         cls, text = _describe(exc)
-        async with self.pool.connection() as conn, conn.transaction():
-            row = await (await conn.execute(FAIL_STEP, (1 if counted else 0, text, run_id, pos))).fetchone()
+        async with self._txn(run, RunStatus.RUNNING, "forward") as conn:
+            row = await (await conn.execute(FAIL_STEP, (1 if counted else 0, text, run["id"], pos))).fetchone()
             attempt = row[0] if row else None
-            await conn.execute(INSERT_LOG, (run_id, pos, step.name, "failed", attempt, cls, f"{detail}: {text}"))
-        log.info("saga run %s step %s (%s) attempt %s failed: %s", run_id, pos, step.name, attempt, exc)
+            await conn.execute(INSERT_LOG, (run["id"], pos, step.name, "failed", attempt, cls, f"{detail}: {text}"))
+        log.info("saga run %s step %s (%s) attempt %s failed: %s", run["id"], pos, step.name, attempt, exc)
         return attempt
+
+    async def _turn_back(self, run: dict, failed_step: int | None, action: str,
+                         detail: str | None) -> tuple[int, str] | None:
+        """Set the run compensating, in one transaction with the check that no pivot step has committed
+        (or, outside a transaction, started). Returns None, or ``(position, name)`` of that pivot step:
+        then the run is unchanged and the journal says why (``abort_refused`` / ``past_pivot``)."""
+        async with self._txn(run, None, "forward") as conn:
+            rows = await (await conn.execute(LOAD_STEPS, (run["id"],))).fetchall()
+            for pos, name, status, *_ in rows:
+                if self.saga.steps[pos - 1].pivot and status in (StepStatus.COMPLETED.value,
+                                                                 StepStatus.RUNNING.value):
+                    refused = "abort_refused" if action == "aborted" else "past_pivot"
+                    await conn.execute(INSERT_LOG, (run["id"], pos, name, refused, None, None, detail))
+                    return pos, name
+            await conn.execute(SET_RUN, (RunStatus.COMPENSATING.value, "backward", failed_step, None, run["id"]))
+            await conn.execute(INSERT_LOG, (run["id"], failed_step, None, action, None, None, detail))
+        return None
 
     # ------------------------------------------------------------------ backward
 
@@ -465,22 +550,24 @@ class SagaRunner:
                 try:
                     await self._compensate(run, pos, step, row, results, tries)
                     break
+                except SagaFenced:
+                    raise
                 except Exception as exc:
                     transient = is_transient(exc)
                     cls, text = _describe(exc)
                     if transient and tries < self.compensation_retry.max_attempts:
                         delay = self.compensation_retry.delay_s(tries)
-                        await self._log(run["id"], pos, step.name, "compensation_failed", tries, cls,
+                        await self._log(run, pos, step.name, "compensation_failed", tries, cls,
                                         f"transient; retry in {delay:.3f} s: {text}")
                         await asyncio.sleep(delay)
                         continue
                     await self._escalate(run, pos, step, row, exc, tries)
                     return
-        await self._set_run(run["id"], RunStatus.COMPENSATED, "backward", None, None, "finished")
+        await self._set_run(run, RunStatus.COMPENSATED, "backward", None, None, "finished",
+                            expect=RunStatus.COMPENSATING)
 
     async def _compensate(self, run: dict, pos: int, step: Step, row: dict, results: dict, attempt: int) -> None:
-        async with self.pool.connection() as conn, conn.transaction():
-            await conn.execute(SET_LOCAL_TIMEOUTS, (f"{self.lock_timeout_ms}ms", f"{self.statement_timeout_ms}ms"))
+        async with self._txn(run, RunStatus.COMPENSATING, "backward") as conn:
             status, _ = await (await conn.execute(LOCK_STEP, (run["id"], pos))).fetchone()
             if status not in (StepStatus.COMPLETED.value, StepStatus.COMPENSATION_FAILED.value):
                 return
@@ -499,7 +586,7 @@ class SagaRunner:
         """Stop: mark the step, leave one open "compensation needed" row, park the run."""
         cls, text = _describe(exc)
         reason = f"compensation of step {pos} ({step.name}) failed after {tries} attempt(s): {text}"
-        async with self.pool.connection() as conn, conn.transaction():
+        async with self._txn(run, RunStatus.COMPENSATING, "backward") as conn:
             await conn.execute(MARK_COMPENSATION_FAILED, (text, run["id"], pos))
             await conn.execute(INSERT_COMPENSATION_NEEDED, (run["id"], pos, step.name,
                                                             Jsonb(row["compensation"] or {}), reason))
@@ -523,6 +610,10 @@ class SagaRunner:
             raise SagaError(f"run {run_id} belongs to saga {run['saga']!r}, not {self.saga.name!r}")
         return run
 
+    async def _reload(self, run: dict) -> dict:
+        """The run as the database holds it now, with this runner's owner token."""
+        return {**await self._load_run(run["id"]), "token": run["token"]}
+
     async def _load_steps(self, run_id: int) -> dict[int, dict]:
         async with self.pool.connection() as conn:
             rows = await (await conn.execute(LOAD_STEPS, (run_id,))).fetchall()
@@ -532,16 +623,48 @@ class SagaRunner:
             raise SagaError(f"run {run_id} has other steps than saga {self.saga.name!r}")
         return steps
 
-    async def _set_run(self, run_id: int, status: RunStatus, direction: str, failed_step: int | None,
-                       reason: str | None, action: str, *, detail: str | None = None) -> None:
-        async with self.pool.connection() as conn, conn.transaction():
-            await conn.execute(SET_RUN, (status.value, direction, failed_step, reason, run_id))
-            await conn.execute(INSERT_LOG, (run_id, failed_step, None, action, None, None, detail))
+    async def _set_run(self, run: dict, status: RunStatus, direction: str, failed_step: int | None,
+                       reason: str | None, action: str, *, detail: str | None = None,
+                       expect: RunStatus | None = None) -> None:
+        async with self._txn(run, expect, None) as conn:
+            await conn.execute(SET_RUN, (status.value, direction, failed_step, reason, run["id"]))
+            await conn.execute(INSERT_LOG, (run["id"], failed_step, None, action, None, None, detail))
 
-    async def _log(self, run_id: int, pos: int | None, step: str | None, action: str, attempt: int | None,
+    async def _log(self, run: dict, pos: int | None, step: str | None, action: str, attempt: int | None,
                    error_class: str | None, detail: str | None) -> None:
-        async with self.pool.connection() as conn:
-            await conn.execute(INSERT_LOG, (run_id, pos, step, action, attempt, error_class, detail))
+        async with self._txn(run, None, None) as conn:
+            await conn.execute(INSERT_LOG, (run["id"], pos, step, action, attempt, error_class, detail))
+
+    @contextlib.asynccontextmanager
+    async def _txn(self, run: dict, status: RunStatus | None, direction: str | None):
+        """A transaction that may commit for this run: it locks the run row first and goes on only if
+        the row still names this runner's owner token (and, when given, this status and direction).
+
+        Raises:
+            SagaFenced: the run was claimed by another runner or moved on; the transaction rolls back.
+        """
+        async with self.pool.connection() as conn, conn.transaction():
+            await conn.execute(SET_LOCAL_TIMEOUTS, (f"{self.lock_timeout_ms}ms", f"{self.statement_timeout_ms}ms"))
+            now_status, now_direction, owner = await (await conn.execute(LOCK_RUN, (run["id"],))).fetchone()
+            if owner != run["token"]:
+                raise SagaFenced(FENCED_OWNER.format(run_id=run["id"]))
+            if (status is not None and now_status != status.value) or (
+                    direction is not None and now_direction != direction):
+                raise SagaFenced(FENCED_STATE.format(run_id=run["id"], status=now_status, direction=now_direction,
+                                                     expected=status.value if status else "any status",
+                                                     expected_direction=direction or "any direction"))
+            yield conn
+
+    @contextlib.asynccontextmanager
+    async def _claim(self, run_id: int):
+        """Take the run: its session advisory lock (a second runner is refused early), then a fresh
+        owner token in the run row, which every later transaction of this runner checks. Yields the run."""
+        async with self._run_lock(run_id):
+            run = await self._load_run(run_id)
+            run["token"] = uuid.uuid4()
+            async with self.pool.connection() as conn:
+                await conn.execute(CLAIM_RUN, (run["token"], run_id))
+            yield run
 
     @contextlib.asynccontextmanager
     async def _run_lock(self, run_id: int):

@@ -143,7 +143,7 @@ class Harness:
             raise
 
     async def close(self) -> None:
-        await self.events.flush()  # nothing to write, or (server gone) dropped at once
+        await self.events.close()  # nothing to write, or (server gone) dropped at once; counted, logged
         await self.notifier.close()
         await self.provider.close()
         await self.checkpointer_pool.close()

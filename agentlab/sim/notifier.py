@@ -35,6 +35,11 @@ FROM notify.messages WHERE (%(recipient)s::text IS NULL OR recipient = %(recipie
 """
 
 
+class MailRelayTimeout(TimeoutError):
+    """Raised by :meth:`FakeNotifier.send` for an injected failure: the relay did not answer, and
+    nothing was delivered (the outbox worker backs off and retries)."""
+
+
 class FakeNotifier(OutsideService):
     """The fake e-mail service. Use as ``async with FakeNotifier(url) as notifier:`` or let it open lazily.
 
@@ -47,10 +52,24 @@ class FakeNotifier(OutsideService):
         super().__init__(url, min_size=0, max_size=2)
         self.clock = clock or Clock()
         self.sent = 0  # messages delivered by this instance, for the lab's tables (not used for any check)
+        self._faults: list[str | None] = []  # one entry per injected failure: the reference it is for, or None
+
+    def fail_next(self, times: int = 1, *, reference: str | None = None) -> None:
+        """Make the next ``times`` sends (only those with ``reference`` when given) fail with
+        :class:`MailRelayTimeout` before anything is delivered."""
+        self._faults += [reference] * times
 
     async def send(self, recipient: str, subject: str, body: str, *, reference: str | None = None,
                    corrects: str | None = None) -> dict:
-        """Deliver one message; returns ``{"id": "msg_...", ...}``. Every call delivers a new message."""
+        """Deliver one message; returns ``{"id": "msg_...", ...}``. Every call delivers a new message.
+
+        Raises:
+            MailRelayTimeout: an injected failure (:meth:`fail_next`); nothing was delivered.
+        """
+        for i, wanted in enumerate(self._faults):
+            if wanted is None or wanted == reference:
+                del self._faults[i]
+                raise MailRelayTimeout("the mail relay did not answer in time")
         await self.open()
         message_id = "msg_" + secrets.token_hex(8)
         async with self._pool.connection() as conn:
