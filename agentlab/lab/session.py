@@ -305,6 +305,7 @@ class LabSession:
 
         Raises:
             ValueError: ``episodes`` below 1, or what :func:`lab_run` raises.
+            agentlab.runtime.harness.HarnessClosed: :attr:`harness` was closed (at once, nothing run).
         """
         if episodes < 1:
             raise ValueError("episodes must be at least 1")

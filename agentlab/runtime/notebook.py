@@ -52,7 +52,7 @@ async def open_notebook(name: str, *, keep: bool = False, domain=None) -> Harnes
     pd.set_option("display.width", 160)
     h = await Harness.open(purpose=f"nb{name}", keep=keep, domain=domain)
     if not keep:
-        atexit.register(_drop_quietly, h.url)
+        drop_at_exit(h.url)
     print(f"notebook {name}: a fresh database is ready")
     return h
 
@@ -94,6 +94,12 @@ def honour_semicolons(shell=None) -> bool:
     hook.quiet = quiet
     hook._agentlab_semicolons = True
     return True
+
+
+def drop_at_exit(url: str) -> None:
+    """Drop the database at ``url`` when the interpreter (a notebook's kernel) exits, quietly: the fallback
+    for a notebook whose last cell did not run. A kernel killed outright runs no exit hook."""
+    atexit.register(_drop_quietly, url)
 
 
 def _drop_quietly(url: str) -> None:
