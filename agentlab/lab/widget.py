@@ -55,11 +55,17 @@ def _bundle(data: dict[str, Any]) -> dict:
     return {"output_type": "display_data", "data": data, "metadata": {}}
 
 
+# Long cells (a tool message's JSON has no space to break at) wrap anywhere, so a table fits the widget's
+# width instead of being cut at the right edge; overflow-wrap is inherited by the cells.
+TABLE_STYLE = "overflow-wrap: anywhere; max-width: 100%"
+
+
 def frame_output(frame, *, empty: str = "(no rows)") -> dict:
-    """A DataFrame as an Output widget's display item (text/plain and text/html)."""
+    """A DataFrame as an Output widget's display item (text/plain, and text/html whose long cells wrap)."""
     if not len(frame):
         return _bundle({"text/plain": empty})
-    return _bundle({"text/plain": frame.to_string(), "text/html": frame.to_html(index=False, escape=True)})
+    html = frame.to_html(index=False, escape=True)
+    return _bundle({"text/plain": frame.to_string(), "text/html": f'<div style="{TABLE_STYLE}">{html}</div>'})
 
 
 def figure_output(fig, *, close: bool = True) -> dict:
