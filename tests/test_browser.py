@@ -96,11 +96,20 @@ class JupyterLab:
         sep = "&" if "?" in path else "?"
         return f"{self.base}{path}{sep}token={self.token}"
 
-    def api(self, path: str, method: str = "GET"):
-        req = urllib.request.Request(self.url(path), method=method)
+    def api(self, path: str, method: str = "GET", body: dict | None = None):
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url(path), method=method, data=data,
+                                     headers={"Content-Type": "application/json"} if data else {})
         with urllib.request.urlopen(req, timeout=30) as resp:
-            body = resp.read()
-        return json.loads(body) if body else None
+            answer = resp.read()
+        return json.loads(answer) if answer else None
+
+    def start_kernel(self, notebook: str) -> None:
+        """Start the notebook's session and kernel through the REST API, so the page attaches to a kernel
+        already starting. (Left to the page, the first kernel of a fresh server was once shut down while
+        it started and replaced, and the page waited on the first one for good.)"""
+        self.api("/api/sessions", "POST", {"path": f"notebooks/{notebook}", "name": notebook, "type": "notebook",
+                                           "kernel": {"name": "python3"}})
 
     def shutdown_kernel(self, notebook: str) -> None:
         """End the notebook's kernel (``DELETE /api/sessions/<id>``: a shutdown request, so exit hooks run)."""
@@ -176,6 +185,7 @@ def panel(page: Page):
 
 def open_notebook(page: Page, lab: JupyterLab, name: str) -> None:
     """Open ``notebooks/name`` in a fresh workspace and wait for its kernel to be idle."""
+    lab.start_kernel(name)
     page.goto(lab.url(f"/lab/tree/notebooks/{name}?reset"), wait_until="domcontentloaded")
     panel(page).locator(".jp-Cell").first.wait_for(timeout=60_000)
     page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator[data-status=idle]").wait_for(
