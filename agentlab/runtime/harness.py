@@ -1,12 +1,16 @@
 """One database and everything a run needs on it: pools, checkpointer, provider, outbox worker, events.
 
-``async with Harness.open(purpose="demo") as h:`` creates a fresh database (dropped on close unless
+``async with await Harness.open(purpose="demo") as h:`` creates a fresh database (dropped on close unless
 ``keep=True``), opens a business pool (autocommit connections; the node opens its own transaction
 blocks), a separate checkpointer pool (autocommit, ``dict_row``, prepared statements off behind a
 transaction-mode pooler: case C11) with ``AsyncPostgresSaver`` set up once, the fake payment provider
 and the fake notification sink on pools of their own, the outbox worker and the event log.
 :meth:`Harness.run_episode` plays a scenario under a preset and returns an :class:`Episode`;
-:meth:`Harness.end_state` reads what the database and the provider hold for it.
+:meth:`Harness.end_state` reads what the database and the provider hold for it::
+
+    async with await Harness.open(purpose="demo") as h:     # or h = await Harness.open(); ...; await h.close()
+        episode = await h.run_episode("refund", "full")
+        state = await h.end_state(episode)                  # {"customers": [{"final_credit_cents": ..., ...}]}
 """
 
 from __future__ import annotations

@@ -2,7 +2,11 @@
 
 ``h = await open_notebook("01")`` creates a database of the notebook's own (dropped when the kernel
 exits, so a notebook can be run again and again), opens a :class:`agentlab.runtime.harness.Harness` on it and
-prints one line that holds nothing machine-specific, so stored outputs stay valid under nbval.
+prints one line that holds nothing machine-specific, so stored outputs stay valid under nbval::
+
+    h = await open_notebook("01")    # prints "notebook 01: a fresh database is ready"
+    await h.df("SELECT id, name, credit_cents FROM customers ORDER BY id")
+    await h.close()                  # the notebook's last cell: drops the database
 """
 
 from __future__ import annotations
