@@ -8,7 +8,8 @@ saved file. Notebook 09 is also clicked through (case C29): after Run All (whose
 notebook's database) the failure lab widget's fault and preset are changed, Run is clicked, and the
 tabs and charts must show the new episode, with the values the database holds.
 
-A screenshot of each notebook goes to ``.ci/artifacts/screenshots/`` (git-ignored; CI keeps the folder).
+A screenshot of each notebook goes to ``.ci/artifacts/screenshots/`` (git-ignored; CI keeps the folder),
+and each notebook's Run All time to ``.ci/artifacts/run_all_seconds.json``.
 The browser is the system's Chromium (``/usr/bin/chromium`` on Debian, or ``AGENTLAB_CHROMIUM``); nothing
 is downloaded. Without it the tests skip with a line saying how to install it.
 
@@ -237,6 +238,15 @@ def assert_ran_cleanly(page: Page, saved: dict, name: str) -> None:
     assert [c["execution_count"] for c in code] == list(range(1, len(code) + 1))  # in order, once each
 
 
+def record_time(notebook: str, seconds: float) -> None:
+    """Keep each notebook's Run All time in ``.ci/artifacts/run_all_seconds.json`` (for the README's table)."""
+    path = SCREENSHOTS.parent / "run_all_seconds.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    times = json.loads(path.read_text()) if path.exists() else {}
+    times[Path(notebook).stem] = round(seconds, 1)
+    path.write_text(json.dumps(dict(sorted(times.items())), indent=1) + "\n")
+
+
 def screenshot(page: Page, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / name))
@@ -246,7 +256,8 @@ def open_and_run_all(page: Page, lab: JupyterLab, name: str) -> dict:
     open_notebook(page, lab, name)
     page.wait_for_timeout(3000)  # JupyterLab writes the kernel's metadata into the model 2 to 3 s after idle
     assert dirty_tabs(page) == [], f"{name} is marked modified on open (its metadata differs from JupyterLab's)"
-    run_all(page)
+    seconds = run_all(page)
+    record_time(name, seconds)
     saved = save(page, lab, name)
     panel(page).locator(".jp-WindowedPanel-outer, .jp-Notebook").first.evaluate("e => e.scrollTo(0, 0)")
     screenshot(page, Path(name).stem + ".png")
