@@ -236,7 +236,7 @@ class FailureLab:
 
     async def _reopen_if_closed(self) -> str:
         """If the session's harness was closed (the notebook's last cell), open a fresh database for the
-        same purpose, dropped when the kernel exits; return the status line's note on it ("" if open)."""
+        same purpose and domain, dropped when the kernel exits; return the status line's note on it ("" if open)."""
         old = self.session.harness
         if not old.closed:
             return ""
@@ -245,7 +245,7 @@ class FailureLab:
         from agentlab.runtime.notebook import drop_at_exit
 
         purpose = re.sub(r"_[0-9a-f]+$", "", dbname_of(old.url).removeprefix(DB_PREFIX)) or "lab"
-        h = await Harness.open(purpose=purpose)
+        h = await Harness.open(purpose=purpose, domain=old.domain)  # the same domain: its tools, scenarios, seed
         drop_at_exit(h.url)
         self.session.harness = self.reopened = h
         return (f"<br><i>the notebook's database was closed by its last cell (<code>await h.close()</code>); "
