@@ -129,10 +129,10 @@ _EXPORTS = {
         "FailureLab",
     ),
     "runtime.db": (
-        "DatabaseUnavailable", "create_database", "drop_database", "server_url",
+        "DatabaseMissing", "DatabaseUnavailable", "create_database", "drop_database", "server_url",
     ),
     "runtime.harness": (
-        "Episode", "Harness",
+        "Episode", "Harness", "HarnessClosed",
     ),
     "runtime.notebook": (
         "open_notebook",

@@ -23,3 +23,21 @@ async def test_keep_leaves_the_database_for_inspection():
         assert name in db.list_databases()
     finally:
         db.drop_database(name)
+
+
+def test_each_committed_notebook_names_its_kernel_as_jupyterlab_writes_it():
+    """Opening a notebook must not mark it modified: JupyterLab rewrites ``metadata.kernelspec`` from the
+    kernel it starts (``display_name`` "Python 3 (ipykernel)", not "Python 3"), which an attendee's
+    ``git status`` would then show. The browser test checks the same thing in a real JupyterLab."""
+    import json
+    from pathlib import Path
+
+    from jupyter_client.kernelspec import get_kernel_spec
+
+    spec = get_kernel_spec("python3")
+    wanted = {"display_name": spec.display_name, "language": spec.language, "name": "python3"}
+    notebooks = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert len(notebooks) >= 16
+    differ = {p.name: json.loads(p.read_text())["metadata"]["kernelspec"] for p in notebooks}
+    assert {n: k for n, k in differ.items() if k != wanted} == {}
+    assert wanted["display_name"] == "Python 3 (ipykernel)"

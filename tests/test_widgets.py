@@ -129,3 +129,63 @@ async def test_the_text_form_of_the_displayed_widget_never_changes(harness, labs
     after = lab._repr_mimebundle_()
     assert before["text/plain"] == after["text/plain"] == "FailureLab(faults=17, presets=7)"
     assert "application/vnd.jupyter.widget-view+json" in after
+
+
+def _history(*series: tuple[str, str, list[tuple[int, int]]]):
+    import pandas as pd
+
+    rows = [{"fault": f, "preset": p, "scenario": "refund", "seed": i, "batches": b, "rollbacks": r, "escalated": False,
+             "crashed": False, "violations": 0} for f, p, points in series for i, (b, r) in enumerate(points)]
+    return pd.DataFrame(rows)
+
+
+def test_two_series_at_the_same_rate_are_drawn_apart_and_the_legend_covers_no_point():
+    import matplotlib.pyplot as plt
+
+    from agentlab.lab.session import rollback_rate_chart
+
+    fig = rollback_rate_chart(_history(("crash_before_checkpoint", "ledger", [(1, 0), (1, 0)]),
+                                       ("backend_killed", "transaction", [(1, 0), (1, 0)]),
+                                       ("crash_before_checkpoint", "savepoints", [(3, 3), (3, 3)])))
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    first, second, third = ax.get_lines()
+    assert list(first.get_ydata()) == list(second.get_ydata()) == [0.0, 0.0]  # the data stay the exact rates
+    y1, y2 = (line.get_transform().transform(line.get_xydata())[:, 1] for line in (first, second))
+    assert all(b - a >= 4 for a, b in zip(y1, y2))  # drawn at least 4 px apart: both lines show
+    assert ax.transData.transform(third.get_xydata()).tolist() == third.get_transform().transform(
+        third.get_xydata()).tolist()  # a line alone at its rate is drawn where it is
+    legend, plot = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    assert legend.x0 >= plot.x1  # beside the plot, over no point
+    plt.close(fig)
+
+
+def test_the_widget_charts_fit_a_1100_px_window_at_projector_size():
+    import matplotlib.pyplot as plt
+
+    from agentlab.lab.widget import figure_output
+    from agentlab.runtime.notebook import PROJECTOR_STYLE, use_projector_style
+
+    with plt.rc_context():
+        use_projector_style()
+        fig = lab_charts_for(_history(("crash_before_checkpoint", "ledger", [(1, 0)])))
+        sizes = {t.get_fontsize() for ax in fig.axes for t in (ax.title, ax.xaxis.label, ax.yaxis.label,
+                                                                *ax.get_xticklabels(), *ax.get_yticklabels())}
+        out = figure_output(fig)
+    width, height = map(int, out["data"]["text/plain"].strip("<>").split()[-1].split("x"))
+    # a notebook's output column in a 1,100 px window (file browser open) is about 700 px: drawn at most
+    # that wide, the chart is not scaled down and its text stays at the projector's size (>= 11 pt)
+    assert width <= 720 and height <= 720
+    assert min(sizes) >= 11 and PROJECTOR_STYLE["font.size"] in sizes
+
+
+def lab_charts_for(history):
+    """lab_charts on a session holding ``history`` (no database needed: the charts read only the results)."""
+    from types import SimpleNamespace
+
+    from agentlab.lab.session import lab_charts, sum_ledger_counts
+
+    session = SimpleNamespace(history=lambda: history, last=None)
+    fig = lab_charts(session)
+    assert sum_ledger_counts([]).empty
+    return fig

@@ -4,6 +4,8 @@ Exception tree of the kit's own errors::
 
     AgentlabError                   base of every error the kit raises on purpose
     ├── DatabaseUnavailable         (agentlab.runtime.db) no server could be reached or started
+    │   └── DatabaseMissing         the server answers, the run's database is gone (dropped)
+    ├── HarnessClosed               (agentlab.runtime.harness) a closed harness was asked to run
     ├── ToolError                   a tool refused a call for a reason the model can act on
     │   ├── NotFound                a record named by an argument does not exist (for this tenant)
     │   └── UnknownTool             the model named a tool that does not exist

@@ -3,7 +3,8 @@
 A model sends a batch as the tool calls of one ``AIMessage``. Notebooks, exercises and tests often
 want to send one by hand, without a scripted episode around it::
 
-    calls = tool_calls(("CreateInvoice", {...}), ("ApplyCredit", {...}), prefix="nb05")
+    calls = tool_calls(("CreateInvoice", {"customer_id": 1, "billing_period": "2026-05-01", "amount_cents": 1200}),
+                       ("ApplyCredit", {"customer_id": 1, "amount_cents": 500}), prefix="nb05")
     batch = await h.node(preset("savepoints")).run_batch(calls, tenant_id="acme", thread_id="nb05-a")
     batch_frame(batch)          # one row per tool call: tool, outcome, category, message
 

@@ -7,7 +7,8 @@ there on, the kinds of violation that disappear with it, the (fault, kind) cells
 zero) and :func:`ladder_chart` draws the violations per rung, split into what the database holds
 (state), what the model was told against what happened (report) and the messages themselves::
 
-    result = await run_experiment(3, seed=0)
+    result = await run_experiment(1, faults=["wrong_type", "crash_before_checkpoint", "provider_timeout",
+                                              "wrong_order"], seed=0)   # every preset: the whole ladder
     rung_table(result)
     ladder_chart(result)
 

@@ -271,6 +271,9 @@ class Lab:
         self._opening = asyncio.Lock()  # episodes crash concurrently: open each process once
 
     async def start(self) -> "Lab":
+        """Open the agent process. Raises :class:`agentlab.runtime.harness.HarnessClosed` at once if the
+        harness was closed (its pools are closed; its database was dropped)."""
+        self.harness.check_open()
         async with self._opening:
             if self.process is None:
                 self.process = await self._new_process(self.pool_max)

@@ -52,6 +52,7 @@ HISTORY_COLUMNS = ("episode", "fault", "preset", "scenario", "seed", "batches", 
                    "violations")
 OUTCOMES = ("applied", "replayed", "failed", "not_applied")
 MARKERS, LINESTYLES = ("o", "s", "^", "D", "v", "P"), ("-", "--", "-.", ":")  # lines at the same rate stay apart
+SAME_RATE_OFFSET_PT = 4  # rollback_rate_chart: a series on the same points as an earlier one is drawn this much higher
 
 LEDGER_ROWS = """
 SELECT tool_name AS tool, tool_call_id, attempt, result::text AS result
@@ -305,6 +306,7 @@ class LabSession:
 
         Raises:
             ValueError: ``episodes`` below 1, or what :func:`lab_run` raises.
+            agentlab.runtime.harness.HarnessClosed: :attr:`harness` was closed (at once, nothing run).
         """
         if episodes < 1:
             raise ValueError("episodes must be at least 1")
@@ -364,24 +366,35 @@ def rollback_rates(history: pd.DataFrame) -> pd.DataFrame:
 
 
 def rollback_rate_chart(history: pd.DataFrame, *, ax=None):
-    """Rolled-back batches per 100 batches for each fault and preset, over its episodes; return the Figure."""
+    """Rolled-back batches per 100 batches for each fault and preset, over its episodes; return the Figure.
+
+    A series with the same rates as one drawn before it (two presets at 0 %) is drawn a few points higher,
+    so both lines show; the plotted data stay the exact rates. The legend sits outside the plot, right of
+    it, where it covers no point."""
     import matplotlib.pyplot as plt
+    from matplotlib.transforms import offset_copy
 
     if ax is None:
         fig, ax = plt.subplots(figsize=(10, 4.8))
     else:
         fig = ax.figure
     rates = rollback_rates(history)
+    drawn: dict[tuple, int] = {}  # a series' points -> how many series already lie on them
     for k, (series, part) in enumerate(rates.groupby("series", sort=False)):
-        ax.plot(part["n"], part["rate_pct"], marker=MARKERS[k % len(MARKERS)], markersize=8, linewidth=2,
-                linestyle=LINESTYLES[k % len(LINESTYLES)], label=series)
+        points = tuple(zip(part["n"], part["rate_pct"].round(6)))
+        same = sum(n for pts, n in drawn.items() if set(points) <= set(pts))
+        drawn[points] = drawn.get(points, 0) + 1
+        (line,) = ax.plot(part["n"], part["rate_pct"], marker=MARKERS[k % len(MARKERS)], markersize=8, linewidth=2,
+                          linestyle=LINESTYLES[k % len(LINESTYLES)], label=series)
+        if same:  # after plot(), so the axes' limits still come from the data
+            line.set_transform(offset_copy(ax.transData, fig=fig, y=SAME_RATE_OFFSET_PT * same, units="points"))
     ax.set_xlabel("episode of this fault and preset (count)")
     ax.set_ylabel("rolled-back batches (% of batches)")
     ax.set_ylim(-5, 105)
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_title("Rollback rate per fault, over episodes")
     if len(rates):
-        ax.legend(loc="best", fontsize=10)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, fontsize=11)
     else:
         ax.text(0.5, 0.5, "no episode yet", transform=ax.transAxes, ha="center", va="center")
     fig.tight_layout()
@@ -411,7 +424,7 @@ def ledger_chart(counts: pd.DataFrame, *, ax=None, title: str = "The ledger: app
     ax.set_ylim(0, top * 1.25 + 0.5)
     ax.set_title(title)
     if tools and (counts["applied"].sum() + counts["replayed"].sum()) > 0:
-        ax.legend(loc="upper right", fontsize=10)
+        ax.legend(loc="upper right", fontsize=11)
     else:
         ax.text(0.5, 0.5, "the ledger is empty (this preset has no ledger, or nothing was applied)",
                 transform=ax.transAxes, ha="center", va="center")
@@ -419,11 +432,13 @@ def ledger_chart(counts: pd.DataFrame, *, ax=None, title: str = "The ledger: app
     return fig
 
 
-def lab_charts(session: LabSession, *, figsize: tuple[float, float] = (15, 4.8)):
-    """The widget's two charts side by side: the session's rollback rates and the last episode's ledger."""
+def lab_charts(session: LabSession, *, figsize: tuple[float, float] = (9, 8.4)):
+    """The widget's two charts, one above the other: the session's rollback rates and the last episode's
+    ledger. 9 x 8.4 inches (720 x 672 px as the widget draws it) fit a notebook in a 1,100 px wide window
+    without being scaled down, so the text stays at its projector size."""
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=figsize)
+    fig, (left, right) = plt.subplots(2, 1, figsize=figsize)
     rollback_rate_chart(session.history(), ax=left)
     last = session.last
     if last is not None:

@@ -21,6 +21,12 @@ the same order, leave the same database state::
 Everything works without a front end (``button.click()`` calls the same handler as a click), which is
 how the tests and a headless notebook run drive it.
 
+A widget outlives the cell that made it, and often its notebook's database: after Run > Run All Cells
+the notebook's last cell (``await h.close()``) has closed the harness and dropped the database while
+the widget is still on screen (case C29). Run then opens a fresh database for the same purpose (a
+:class:`agentlab.runtime.harness.Harness` of the widget's own, dropped when the kernel exits), says so
+in the status line, and goes on; the session's earlier results stay in the charts.
+
 Sources: ipywidgets docs "Asynchronous Widgets" and "Output widgets".
 """
 
@@ -29,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import re
 import traceback
 from typing import TYPE_CHECKING, Any
 
@@ -48,11 +55,17 @@ def _bundle(data: dict[str, Any]) -> dict:
     return {"output_type": "display_data", "data": data, "metadata": {}}
 
 
+# Long cells (a tool message's JSON has no space to break at) wrap anywhere, so a table fits the widget's
+# width instead of being cut at the right edge; overflow-wrap is inherited by the cells.
+TABLE_STYLE = "overflow-wrap: anywhere; max-width: 100%"
+
+
 def frame_output(frame, *, empty: str = "(no rows)") -> dict:
-    """A DataFrame as an Output widget's display item (text/plain and text/html)."""
+    """A DataFrame as an Output widget's display item (text/plain, and text/html whose long cells wrap)."""
     if not len(frame):
         return _bundle({"text/plain": empty})
-    return _bundle({"text/plain": frame.to_string(), "text/html": frame.to_html(index=False, escape=True)})
+    html = frame.to_html(index=False, escape=True)
+    return _bundle({"text/plain": frame.to_string(), "text/html": f'<div style="{TABLE_STYLE}">{html}</div>'})
 
 
 def figure_output(fig, *, close: bool = True) -> dict:
@@ -113,6 +126,7 @@ class FailureLab:
         self.errors = w.Output()
         self.error: BaseException | None = None
         self.task: asyncio.Task | None = None
+        self.reopened: Harness | None = None  # the harness Run opened after the notebook's was closed
         self.fault.observe(self._on_fault, names="value")
         self.preset.observe(self._describe, names="value")
         self.run_button.on_click(self._on_click)
@@ -206,9 +220,11 @@ class FailureLab:
         self.status.value = (f"running {choice['episodes']} episode(s) of <b>{choice['fault']}</b> under "
                              f"<b>{choice['preset']}</b> ({choice['scenario']}) ...")
         try:
+            note = await self._reopen_if_closed()
             result = await self.session.run(**choice)
             self.seed.value = choice["seed"] + choice["episodes"]
             self.show(result)
+            self.status.value += note
             return result
         except Exception as exc:  # shown in the widget and kept for wait(), never swallowed
             self.error = exc
@@ -217,6 +233,23 @@ class FailureLab:
             return None
         finally:
             self.run_button.disabled = False
+
+    async def _reopen_if_closed(self) -> str:
+        """If the session's harness was closed (the notebook's last cell), open a fresh database for the
+        same purpose and domain, dropped when the kernel exits; return the status line's note on it ("" if open)."""
+        old = self.session.harness
+        if not old.closed:
+            return ""
+        from agentlab.runtime.db import DB_PREFIX, dbname_of
+        from agentlab.runtime.harness import Harness
+        from agentlab.runtime.notebook import drop_at_exit
+
+        purpose = re.sub(r"_[0-9a-f]+$", "", dbname_of(old.url).removeprefix(DB_PREFIX)) or "lab"
+        h = await Harness.open(purpose=purpose, domain=old.domain)  # the same domain: its tools, scenarios, seed
+        drop_at_exit(h.url)
+        self.session.harness = self.reopened = h
+        return (f"<br><i>the notebook's database was closed by its last cell (<code>await h.close()</code>); "
+                f"this run opened a fresh one, {_html(dbname_of(h.url))}, dropped when the kernel exits</i>")
 
     async def wait(self) -> LabResult | None:
         """Wait for the run the last click started; return its result, or raise the error it showed."""

@@ -51,7 +51,15 @@ CONNECT_TIMEOUT_S = 5
 
 
 class DatabaseUnavailable(AgentlabError):
-    """Raised when no database server can be reached or started; the message is one actionable line."""
+    """Raised when the database a run needs cannot be reached: no server could be reached or started, or
+    (:class:`DatabaseMissing`) the server answers but the run's database is gone. The message is one
+    actionable line."""
+
+
+class DatabaseMissing(DatabaseUnavailable):
+    """The server is running, but the run's database no longer exists (SQLSTATE 3D000): something dropped
+    it, e.g. ``await h.close()`` (a notebook's last cell) or ``python -m agentlab db clean``. The message
+    names the database and never blames the server."""
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,16 @@
 """One database and everything a run needs on it: pools, checkpointer, provider, outbox worker, events.
 
-``async with Harness.open(purpose="demo") as h:`` creates a fresh database (dropped on close unless
+``async with await Harness.open(purpose="demo") as h:`` creates a fresh database (dropped on close unless
 ``keep=True``), opens a business pool (autocommit connections; the node opens its own transaction
 blocks), a separate checkpointer pool (autocommit, ``dict_row``, prepared statements off behind a
 transaction-mode pooler: case C11) with ``AsyncPostgresSaver`` set up once, the fake payment provider
 and the fake notification sink on pools of their own, the outbox worker and the event log.
 :meth:`Harness.run_episode` plays a scenario under a preset and returns an :class:`Episode`;
-:meth:`Harness.end_state` reads what the database and the provider hold for it.
+:meth:`Harness.end_state` reads what the database and the provider hold for it::
+
+    async with await Harness.open(purpose="demo") as h:     # or h = await Harness.open(); ...; await h.close()
+        episode = await h.run_episode("refund", "full")
+        state = await h.end_state(episode)                  # {"customers": [{"final_credit_cents": ..., ...}]}
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from agentlab.core.domain import Domain
 from agentlab.runtime import db
 from agentlab.runtime.domains import resolve_domain
-from agentlab.core.errors import is_infrastructure
+from agentlab.core.errors import AgentlabError, is_infrastructure
 from agentlab.core.events import EventLog
 from agentlab.core.graph import build_graph, run_config
 from agentlab.core.messages import unanswered_tool_calls
@@ -45,6 +49,10 @@ from agentlab.domains.billing.scenarios import Scenario
 POOL_TIMEOUT_S = 10.0  # how long a borrower waits for a connection before PoolTimeout
 T = TypeVar("T")
 WATCH_INTERVAL_S = 1.0  # Harness.watch_server: one connection a second, about 3 ms of the server's time
+
+
+class HarnessClosed(AgentlabError, RuntimeError):
+    """A closed :class:`Harness` was asked to run something; the message names its database."""
 
 
 def _busy(exc: BaseException) -> bool:
@@ -105,6 +113,7 @@ class Harness:
         self.worker = OutboxWorker(self.pool, self.provider, notifier=self.notifier)
         self.events = EventLog(self.pool)
         self.toolset = self.domain.toolset
+        self.closed = False  # set by close(): the pools are closed and an owned database is dropped
 
     @classmethod
     async def open(cls, url: str | None = None, *, purpose: str = "run", keep: bool = False,
@@ -143,6 +152,9 @@ class Harness:
             raise
 
     async def close(self) -> None:
+        """Close the pools and the provider; drop the database if this harness made it (unless ``keep``).
+        :attr:`closed` is True afterwards; a closed harness runs nothing (see :meth:`check_open`)."""
+        self.closed = True
         await self.events.close()  # nothing to write, or (server gone) dropped at once; counted, logged
         await self.notifier.close()
         await self.provider.close()
@@ -150,6 +162,16 @@ class Harness:
         await self.pool.close()
         if self.owns_database and not self.keep:
             await asyncio.to_thread(db.drop_database, self.url)
+
+    def check_open(self) -> None:
+        """Raise :class:`HarnessClosed` (at once, instead of a pool's 10 s wait) if :meth:`close` ran."""
+        if self.closed:
+            dropped = "was dropped with it" if self.owns_database and not self.keep else "is kept"
+            raise HarnessClosed(
+                f"this harness was closed (`await h.close()`, a notebook's last cell) and its database "
+                f"{db.dbname_of(self.url)} {dropped}; open a new one (re-run the notebook from its first cell, "
+                "or `Harness.open()`) and run again"
+            )
 
     async def __aenter__(self) -> "Harness":
         return self
@@ -170,18 +192,65 @@ class Harness:
                            approval=approval)
 
     async def ensure_reachable(self, cause: BaseException | None = None) -> None:
-        """Raise :class:`agentlab.runtime.db.DatabaseUnavailable` when the server no longer answers a fresh
-        connection (within ``db.CONNECT_TIMEOUT_S``): a run cannot go on without its database. A server
-        that answers "too many clients" (SQLSTATE 53300) is busy, not gone. Once gone, the event log
-        drops its rows rather than wait for a connection at close."""
+        """Raise when this harness's database no longer takes a fresh connection (within
+        ``db.CONNECT_TIMEOUT_S``): a run cannot go on without it. Returns None when it does.
+
+        Raises:
+            agentlab.runtime.db.DatabaseMissing: the server answers but the database does not exist
+                (SQLSTATE 3D000: dropped, e.g. by ``await h.close()`` or ``db clean``).
+            agentlab.runtime.db.DatabaseUnavailable: the server is gone (it does not answer on its
+                maintenance database either), or it is running and refuses the connection for another
+                reason, which the message names (a server that answers "too many clients", SQLSTATE
+                53300, is busy: no error).
+
+        Once the database is unreachable, the event log drops its rows rather than wait for a connection
+        at close."""
         exc = await self._probe()
-        if exc is not None:
-            self.events.abandon()
-            raise db.DatabaseUnavailable(
-                f"lost the database server during the run ({db._connect_reason(exc)}); what committed before "
-                "stays, the rest was not applied. Start it again (`python -m agentlab db start`), drop what the "
-                "run left (`python -m agentlab db clean`) and re-run"
+        if exc is None:
+            return
+        self.events.abandon()
+        reason = db._connect_reason(exc)
+        name = db.dbname_of(self.url)
+        exists = await self._database_exists()
+        if exists is False:
+            by = ("this harness was closed (`await h.close()`, a notebook's last cell, drops its database)"
+                  if self.closed else "something dropped it (`python -m agentlab db clean` or `db reset`, "
+                  "or another session)")
+            raise db.DatabaseMissing(
+                f"the database {name} no longer exists, though the server is running: {by}. Open a new one "
+                "(re-run the notebook from its first cell, or `Harness.open()`) and run again"
             ) from (cause or exc)
+        if exists:
+            raise db.DatabaseUnavailable(
+                f"the server is running but refused a new connection to {name} ({reason}); check the role "
+                "and its rights (`DATABASE_URL`) and re-run"
+            ) from (cause or exc)
+        raise db.DatabaseUnavailable(
+            f"lost the database server during the run ({reason}); what committed before "
+            "stays, the rest was not applied. Start it again (`python -m agentlab db start`), drop what the "
+            "run left (`python -m agentlab db clean`) and re-run"
+        ) from (cause or exc)
+
+    async def _database_exists(self) -> bool | None:
+        """Whether the server lists this harness's database (asked on its maintenance database), or None
+        when the server does not answer at all."""
+        for maintenance in ("postgres", "template1"):
+            try:
+                conn = await psycopg.AsyncConnection.connect(db.with_dbname(self.url, maintenance),
+                                                             connect_timeout=db.CONNECT_TIMEOUT_S, autocommit=True)
+            except psycopg.Error as exc:
+                if _busy(exc):
+                    return True  # alive; the database's own refusal is the one to report
+                continue
+            try:
+                cur = await conn.execute("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = %s)",
+                                         (db.dbname_of(self.url),))
+                return bool((await cur.fetchone())[0])
+            except psycopg.Error:
+                return None
+            finally:
+                await conn.close()
+        return None
 
     async def _probe(self) -> psycopg.Error | None:
         try:
@@ -250,7 +319,13 @@ class Harness:
 
         Errors that escape the graph (for example an infrastructure error past the retries) are
         recorded in :attr:`Episode.error`, not raised: an experiment goes on.
+
+        Raises:
+            HarnessClosed: the harness was closed.
+            agentlab.runtime.db.DatabaseUnavailable: the database stopped answering (see
+                :meth:`ensure_reachable`).
         """
+        self.check_open()
         scenario = self.scenario(scenario)
         safeguards = preset(safeguards) if isinstance(safeguards, str) else safeguards
         thread_id = thread_id or f"{scenario.name}-{uuid.uuid4().hex[:12]}"

@@ -2,7 +2,11 @@
 
 ``h = await open_notebook("01")`` creates a database of the notebook's own (dropped when the kernel
 exits, so a notebook can be run again and again), opens a :class:`agentlab.runtime.harness.Harness` on it and
-prints one line that holds nothing machine-specific, so stored outputs stay valid under nbval.
+prints one line that holds nothing machine-specific, so stored outputs stay valid under nbval::
+
+    h = await open_notebook("01")    # prints "notebook 01: a fresh database is ready"
+    await h.df("SELECT id, name, credit_cents FROM customers ORDER BY id")
+    await h.close()                  # the notebook's last cell: drops the database
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ async def open_notebook(name: str, *, keep: bool = False, domain=None) -> Harnes
     pd.set_option("display.width", 160)
     h = await Harness.open(purpose=f"nb{name}", keep=keep, domain=domain)
     if not keep:
-        atexit.register(_drop_quietly, h.url)
+        drop_at_exit(h.url)
     print(f"notebook {name}: a fresh database is ready")
     return h
 
@@ -94,6 +98,12 @@ def honour_semicolons(shell=None) -> bool:
     hook.quiet = quiet
     hook._agentlab_semicolons = True
     return True
+
+
+def drop_at_exit(url: str) -> None:
+    """Drop the database at ``url`` when the interpreter (a notebook's kernel) exits, quietly: the fallback
+    for a notebook whose last cell did not run. A kernel killed outright runs no exit hook."""
+    atexit.register(_drop_quietly, url)
 
 
 def _drop_quietly(url: str) -> None:
