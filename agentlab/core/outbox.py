@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentlab.core.errors import IdempotencyConflict, ProviderError
+from agentlab.core.storable import storable_text
 
 if TYPE_CHECKING:
     from agentlab.core.toolspec import ToolContext
@@ -166,7 +167,7 @@ def _require(payload: Any, fields: dict[str, type]) -> None:
 
 def _error_text(text: str) -> str:
     """``last_error`` as stored: no NUL (PostgreSQL text cannot hold one), at most MAX_ERROR_CHARS."""
-    text = text.replace("\x00", "\\x00")
+    text = storable_text(text)
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "\u2026"
 
 
