@@ -14,7 +14,12 @@ With an :class:`ApprovalPolicy`, :func:`agentlab.core.graph.build_graph` puts an
 3. the resume, ``Command(resume={tool_call_id: "approve" | "reject", ...})`` (or one word for every
    call), answers each call by its tool call id. Anything but ``"approve"``, and a call the resume
    does not name, counts as rejected: the safe default. The decisions are stored once (a guarded
-   ``UPDATE ... WHERE status = 'pending'``, under the same key).
+   ``UPDATE ... WHERE status = 'pending'``, under the same key). An answer binds to what the reviewer
+   saw (case C22): each request row records the interrupt at which it was shown (``shown_at``), so a
+   call edited while it waited (``aupdate_state`` under the same id: a new checkpoint, so a new
+   request key) is not decided by the answer given to the old request; the thread stops again on
+   the new one. Each listed call carries ``args_sha256`` (:func:`args_hash`); an answer may name it,
+   and the request key, to bind explicitly (:func:`decisions_from`).
 4. each rejected call gets its ToolMessage here, ``FAILED [rejected]`` with
    :data:`agentlab.core.errors.REJECTED_BY_REVIEWER`, which the scripted model reads as "drop it"; the
    tools node then runs only the approved calls still without a ToolMessage (case C06). When every
@@ -27,6 +32,9 @@ resume days later, after the provider has forgotten its idempotency keys, still 
 outbox row exists once and the worker looks the payment up by that key before paying. (The refund
 is not keyed by thread, node and step: that key names *the approval*, and two different calls
 approved in one batch share it.)
+
+A call holding text the database cannot store (a NUL byte) never becomes a request: it is answered
+``FAILED [invalid_arguments]`` (case C21, :mod:`agentlab.core.storable`).
 
 Sources: LangGraph docs "Interrupts" (re-execution on resume, "side effects before interrupt must be
 idempotent", resuming with ``Command(resume=...)``); Stripe "Idempotent requests" (24 h key retention).
