@@ -12,12 +12,14 @@ import logging
 import shutil
 import sys
 
+DESCRIPTION = "Command line: python -m agentlab demo | chaos | bench | db ..."
+
 # only the standard library here: a Ctrl-C while the rest imports is caught by main()
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from agentlab.demos.demo import render, run_demo, to_json
-    from agentlab.demos.workflows import WORKFLOW_DEMOS
+    from agentlab.demos.catalog import WORKFLOW_DEMOS
 
     if args.scenario in WORKFLOW_DEMOS and args.preset not in (None, "full"):
         print(f"agentlab: the {args.scenario} demo always runs under full (it shows what comes after one "
@@ -79,11 +81,13 @@ def _cmd_db(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from agentlab.demos.workflows import WORKFLOW_DEMOS
+    """The command line's parser. Imports only light modules (names of presets, scenarios, faults),
+    never LangGraph: ``--help`` answers at once."""
+    from agentlab.demos.catalog import WORKFLOW_DEMOS
     from agentlab.core.safeguards import PRESETS
     from agentlab.domains.billing.scenarios import SCENARIOS
 
-    parser = argparse.ArgumentParser(prog="python -m agentlab", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m agentlab", description=DESCRIPTION)
     parser.add_argument("-v", "--verbose", action="store_true", help="log events to stderr")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -96,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--keep", action="store_true", help="keep the demo's database to inspect it")
     demo.set_defaults(func=_cmd_demo)
 
-    from agentlab.lab.experiments import add_arguments
+    from agentlab.lab.options import add_arguments
 
     chaos = sub.add_parser("chaos", help="run the failure lab: faults x presets -> invariant violations")
     add_arguments(chaos)
@@ -126,14 +130,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)  # --help and a refused option end here, before the heavy imports
+
     import psycopg
     from psycopg_pool import PoolTimeout
 
     from agentlab.runtime import db
     from agentlab.core.errors import AgentlabError
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # expected outcomes (a parked saga, a discarded broken connection) are not news

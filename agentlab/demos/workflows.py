@@ -23,6 +23,7 @@ from typing import Any
 from langchain_core.messages import HumanMessage
 
 from agentlab.durable.approval import APPROVAL, APPROVE, REJECT, ApprovalPolicy, interrupts_of, resume_command
+from agentlab.demos.catalog import WORKFLOW_DEMOS
 from agentlab.demos.report import render_episode
 from agentlab.demos.report import report as episode_report
 from agentlab.core.graph import run_config
@@ -34,7 +35,6 @@ from agentlab.durable.saga import Backoff
 from agentlab.core.safeguards import preset
 from agentlab.domains.billing.scenarios import CustomerSpec, create_customers
 
-WORKFLOW_DEMOS = ("approval", "saga")
 DAYS_LATER = 3
 SAGA_OPENING_CREDIT_CENTS = 5000
 SAGA_AMOUNT_CENTS = 3000
