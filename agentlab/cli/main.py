@@ -55,7 +55,7 @@ def _cmd_db(args: argparse.Namespace) -> int:
         info = db.server()
         where = "embedded server" if info.embedded else "DATABASE_URL"
         how = "cold start (initdb)" if info.cold else "warm start or attach"
-        print(f"{where} ready: {db.redact(info.url)} ({how}, {info.start_s:.2f} s)")
+        print(f"{where} ready: {db.safe_dsn(info.url)} ({how}, {info.start_s:.2f} s)")
     elif args.action == "stop":
         if os.environ.get(db.ENV_VAR):
             print("DATABASE_URL is set: that server is not the kit's to stop")

@@ -71,6 +71,27 @@ def with_dbname(url: str, dbname: str) -> str:
     return make_conninfo(url, dbname=dbname)
 
 
+def safe_dsn(url: str) -> str:
+    """``url`` as the kit prints it: the parsed connection parameters with the password as ``***``
+    (a URL stays a URL, a key=value string stays one). A value that does not parse is never echoed,
+    not even in part (it may be a password pasted in the wrong place): "(not shown: it does not parse)"."""
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.Error:
+        return "(not shown: it does not parse)"
+    if "password" in params:
+        params["password"] = "***"
+    if re.match(r"postgres(ql)?://", url.strip()):
+        host, port = params.get("host", ""), params.get("port")
+        user = params.get("user")
+        auth = f"{user}{':***' if 'password' in params else ''}@" if user else ("" if "password" not in params
+                                                                                 else ":***@")
+        rest = {k: v for k, v in params.items() if k not in ("host", "port", "user", "password", "dbname")}
+        query = ("?" + "&".join(f"{k}={v}" for k, v in rest.items())) if rest else ""
+        return redact(f"postgresql://{auth}{host}{':' + port if port else ''}/{params.get('dbname', '')}{query}")
+    return redact(make_conninfo(**params))
+
+
 def dbname_of(url: str) -> str:
     """The database name a URL or conninfo string points at."""
     return conninfo_to_dict(url).get("dbname") or "postgres"
@@ -240,10 +261,11 @@ def _check_reachable(url: str) -> None:
         with psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
             conn.execute("SELECT 1")
     except psycopg.ProgrammingError as exc:  # not a conninfo string or URL at all
+        # psycopg's message quotes a piece of the value ('missing "=" after "..."'): neither is shown
         raise DatabaseUnavailable(
-            f"{where} is not a PostgreSQL connection string ({redact(url)}): {_one_line(exc)}; "
+            f"{where} is not a PostgreSQL connection string (its value is not shown: it may hold a password); "
             "it should look like postgresql://user:password@host:5432/postgres"
-        ) from exc
+        ) from None
     except psycopg.Error as exc:
         reason = _connect_reason(exc)
         if re.search(r"authentication failed|role .* does not exist|database .* does not exist|no password", reason):
@@ -252,7 +274,7 @@ def _check_reachable(url: str) -> None:
             fix = "start that server (`docker compose up -d`) or unset DATABASE_URL to use the embedded server"
         else:
             fix = "retry in a few seconds; if it keeps failing, `python -m agentlab db reset`"
-        raise DatabaseUnavailable(f"cannot connect to {where} ({redact(url)}): {reason}; {fix}") from exc
+        raise DatabaseUnavailable(f"cannot connect to {where} ({safe_dsn(url)}): {reason}; {fix}") from exc
 
 
 def _connect_reason(exc: BaseException) -> str:
