@@ -49,8 +49,18 @@ def _cmd_db(args: argparse.Namespace) -> int:
 
     from agentlab.runtime import db
 
+    if args.name is not None and args.action != "url":
+        print(f"agentlab: db {args.action} takes no database name (only db url NAME does)", file=sys.stderr)
+        return 2
     if args.action == "url":
-        print(db.server_url())
+        if args.name is None:
+            print(db.server_url())
+        elif args.name in db.list_databases():
+            print(db.with_dbname(db.server_url(), args.name))
+        else:
+            print(f"agentlab: there is no agentlab database named {args.name!r} on this server; "
+                  "`python -m agentlab db list` names them", file=sys.stderr)
+            return 1
     elif args.action == "start":
         info = db.server()
         where = "embedded server" if info.embedded else "DATABASE_URL"
@@ -97,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="safeguards preset (default full; the saga and approval demos run under full only)")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--json", action="store_true", help="print one JSON object")
-    demo.add_argument("--keep", action="store_true", help="keep the demo's database to inspect it")
+    demo.add_argument("--keep", action="store_true",
+                      help="keep the demo's database to inspect it (the demo prints the psql command; db clean drops it)")
     demo.set_defaults(func=_cmd_demo)
 
     from agentlab.lab.options import add_arguments
@@ -112,10 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench_arguments(bench)
     bench.set_defaults(func=_cmd_bench)
 
-    dbp = sub.add_parser("db", help="the database server: url, start, stop, list, clean, reset")
+    dbp = sub.add_parser("db", help="the database server: url [NAME], start, stop, list, clean, reset")
     dbp.add_argument("action", choices=["url", "start", "stop", "list", "clean", "reset"],
-                     help="clean: drop leftover databases of interrupted runs; reset: start from scratch "
+                     help="url: the server's maintenance database, or with NAME that database (for psql); "
+                     "clean: drop leftover databases of interrupted runs; reset: start from scratch "
                      "(embedded: stop it and remove its data folder; DATABASE_URL: drop every agentlab database)")
+    dbp.add_argument("name", nargs="?", default=None, metavar="NAME",
+                     help="with url: an agentlab database, e.g. the one demo --keep kept (db list names them)")
     dbp.set_defaults(func=_cmd_db)
     return parser
 
