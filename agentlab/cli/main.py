@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import shutil
 import sys
 
 DESCRIPTION = "Command line: python -m agentlab demo | chaos | bench | db ..."
@@ -84,9 +83,7 @@ def _cmd_db(args: argparse.Namespace) -> int:
         if os.environ.get(db.ENV_VAR):
             print(f"dropped {db.reset()} agentlab database(s) on DATABASE_URL")
         else:
-            db.stop_embedded()
-            shutil.rmtree(db.data_dir(), ignore_errors=True)
-            print(f"embedded server stopped and {db.data_dir()} removed; the next use starts a fresh one")
+            print(db.reset_embedded())
     return 0
 
 
