@@ -219,6 +219,8 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
         progress: show a tqdm bar (default: when stderr is a terminal).
         url: run on this database (default: a fresh one, dropped afterwards).
         durability: force one LangGraph durability for every episode (default: per fault, see :mod:`agentlab.lab.runner`).
+            ``"exit"`` writes a checkpoint only when a run ends: a fault that resumes from a checkpoint
+            finds none after a crash (see :meth:`agentlab.runtime.harness.Harness.run_episode`).
         fast_commit: ``synchronous_commit = off`` for the fresh experiment database (ignored with ``url``).
         workers: processes running the episodes (:mod:`agentlab.lab.parallel`); 1 runs them in this process.
             The rows are the same for any number. A domain other than billing runs in this process.
