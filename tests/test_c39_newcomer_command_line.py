@@ -29,7 +29,8 @@ def test_c39_help_is_plain_text_and_quick(command):
     assert proc.returncode == 0, proc.stderr
     assert "``" not in proc.stdout and ":mod:" not in proc.stdout and ":func:" not in proc.stdout
     cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    assert cpu_s < 1.0, f"--help took {cpu_s:.2f} s of CPU"
+    # 0.5 to 0.8 s of CPU here (psycopg and pydantic; the machine shared), 2.0 to 2.2 s while it imported LangGraph
+    assert cpu_s < 1.2, f"--help took {cpu_s:.2f} s of CPU"
 
 
 def test_c39_building_the_parser_imports_no_langgraph_nor_langchain():
