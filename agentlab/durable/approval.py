@@ -15,10 +15,10 @@ With an :class:`ApprovalPolicy`, :func:`agentlab.core.graph.build_graph` puts an
    call), answers each call by its tool call id. Anything but ``"approve"``, and a call the resume
    does not name, counts as rejected: the safe default. The decisions are stored once (a guarded
    ``UPDATE ... WHERE status = 'pending'``, under the same key). An answer binds to what the reviewer
-   saw (case C22): each request row records the interrupt at which it was shown (``shown_at``), so a
-   call edited while it waited (``aupdate_state`` under the same id: a new checkpoint, so a new
-   request key) is not decided by the answer given to the old request; the thread stops again on
-   the new one. Each listed call carries ``args_sha256`` (:func:`args_hash`); an answer may name it,
+   saw (case C22): each request row records the interrupt at which it was shown (``shown_at``), and
+   an answer decides only calls that a pending, shown request of the thread listed exactly (same
+   ids, tools and arguments). A call edited while it waited (``aupdate_state`` under the same id) is
+   not decided by the answer given to the old request; the thread stops again on a new one. Each listed call carries ``args_sha256`` (:func:`args_hash`); an answer may name it,
    and the request key, to bind explicitly (:func:`decisions_from`).
 4. each rejected call gets its ToolMessage here, ``FAILED [rejected]`` with
    :data:`agentlab.core.errors.REJECTED_BY_REVIEWER`, which the scripted model reads as "drop it"; the
@@ -73,7 +73,11 @@ RECORD_DECISIONS = """
 UPDATE approval_requests SET status = 'decided', decisions = %s, decided_at = now()
 WHERE request_key = %s AND status = 'pending'
 """
-SHOWN_AT = "SELECT shown_at FROM approval_requests WHERE request_key = %s"
+SHOWN_AT = """
+SELECT shown_at FROM approval_requests
+WHERE thread_id = %s AND node = %s AND calls = %s::jsonb AND status = 'pending' AND shown_at IS NOT NULL
+ORDER BY requested_at DESC LIMIT 1
+"""
 MARK_SHOWN = "UPDATE approval_requests SET shown_at = %s WHERE request_key = %s AND shown_at IS NULL"
 LIST_REQUESTS = """
 SELECT request_key, thread_id, node, step, calls, status, decisions, requested_at, decided_at
@@ -233,10 +237,11 @@ class ApprovalPolicy:
             req = self.request(pending, thread_id=thread_id, step=step, checkpoint_id=checkpoint_id)
             shown_at = None
             if pool is not None:  # idempotent: the re-execution on resume writes nothing new
+                calls_json = json.dumps(req["calls"], default=str)
                 async with pool.connection() as conn:
-                    await conn.execute(INSERT_REQUEST, (req["request_key"], thread_id, self.node, step,
-                                                        json.dumps(req["calls"], default=str)))
-                    row = await (await conn.execute(SHOWN_AT, (req["request_key"],))).fetchone()
+                    await conn.execute(INSERT_REQUEST, (req["request_key"], thread_id, self.node, step, calls_json))
+                    # shown: a pending request of this thread listing exactly these calls (ids, tools, arguments)
+                    row = await (await conn.execute(SHOWN_AT, (thread_id, self.node, calls_json))).fetchone()
                     shown_at = row[0] if row else None
             index = 0  # the n-th interrupt() of this node run: LangGraph pairs resume values with them in order
             while True:
