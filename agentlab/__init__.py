@@ -70,7 +70,8 @@ _EXPORTS = {
         "resume_command", "resume_days_later",
     ),
     "durable.history": (
-        "fork", "replay", "replay_and_fork_experiment", "run_from", "thread_counts", "thread_history",
+        "NoCheckpoint", "fork", "replay", "replay_and_fork_experiment", "resume_thread", "run_from", "thread_counts",
+        "thread_history",
     ),
     "durable.jobs": (
         "JobFailed", "JobKeyConflict", "JobLost", "JobResult", "JobStatus", "JobStore", "JobTimeout",

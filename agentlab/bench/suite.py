@@ -437,7 +437,9 @@ def add_arguments(parser) -> None:
     """The ``bench`` subcommand's options."""
     parser.add_argument("--quick", action="store_true", help="fewer repeats and episodes: within a minute")
     parser.add_argument("--json", action="store_true", help="print one JSON object with every figure and ratio")
-    parser.add_argument("--only", nargs="+", choices=SECTIONS, default=None, metavar="SECTION",
+    from agentlab.lab.options import Distinct
+
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, default=None, metavar="SECTION", action=Distinct,
                         help=f"measure these sections only ({' '.join(SECTIONS)})")
 
 

@@ -9,15 +9,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import shutil
 import sys
+
+DESCRIPTION = "Command line: python -m agentlab demo | chaos | bench | db ..."
 
 # only the standard library here: a Ctrl-C while the rest imports is caught by main()
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from agentlab.demos.demo import render, run_demo, to_json
-    from agentlab.demos.workflows import WORKFLOW_DEMOS
+    from agentlab.demos.catalog import WORKFLOW_DEMOS
 
     if args.scenario in WORKFLOW_DEMOS and args.preset not in (None, "full"):
         print(f"agentlab: the {args.scenario} demo always runs under full (it shows what comes after one "
@@ -47,13 +48,23 @@ def _cmd_db(args: argparse.Namespace) -> int:
 
     from agentlab.runtime import db
 
+    if args.name is not None and args.action != "url":
+        print(f"agentlab: db {args.action} takes no database name (only db url NAME does)", file=sys.stderr)
+        return 2
     if args.action == "url":
-        print(db.server_url())
+        if args.name is None:
+            print(db.server_url())
+        elif args.name in db.list_databases():
+            print(db.with_dbname(db.server_url(), args.name))
+        else:
+            print(f"agentlab: there is no agentlab database named {args.name!r} on this server; "
+                  "`python -m agentlab db list` names them", file=sys.stderr)
+            return 1
     elif args.action == "start":
         info = db.server()
         where = "embedded server" if info.embedded else "DATABASE_URL"
         how = "cold start (initdb)" if info.cold else "warm start or attach"
-        print(f"{where} ready: {db.redact(info.url)} ({how}, {info.start_s:.2f} s)")
+        print(f"{where} ready: {db.safe_dsn(info.url)} ({how}, {info.start_s:.2f} s)")
     elif args.action == "stop":
         if os.environ.get(db.ENV_VAR):
             print("DATABASE_URL is set: that server is not the kit's to stop")
@@ -72,18 +83,18 @@ def _cmd_db(args: argparse.Namespace) -> int:
         if os.environ.get(db.ENV_VAR):
             print(f"dropped {db.reset()} agentlab database(s) on DATABASE_URL")
         else:
-            db.stop_embedded()
-            shutil.rmtree(db.data_dir(), ignore_errors=True)
-            print(f"embedded server stopped and {db.data_dir()} removed; the next use starts a fresh one")
+            print(db.reset_embedded())
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from agentlab.demos.workflows import WORKFLOW_DEMOS
+    """The command line's parser. Imports only light modules (names of presets, scenarios, faults),
+    never LangGraph: ``--help`` answers at once."""
+    from agentlab.demos.catalog import WORKFLOW_DEMOS
     from agentlab.core.safeguards import PRESETS
     from agentlab.domains.billing.scenarios import SCENARIOS
 
-    parser = argparse.ArgumentParser(prog="python -m agentlab", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m agentlab", description=DESCRIPTION)
     parser.add_argument("-v", "--verbose", action="store_true", help="log events to stderr")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -93,10 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="safeguards preset (default full; the saga and approval demos run under full only)")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--json", action="store_true", help="print one JSON object")
-    demo.add_argument("--keep", action="store_true", help="keep the demo's database to inspect it")
+    demo.add_argument("--keep", action="store_true",
+                      help="keep the demo's database to inspect it (the demo prints the psql command; db clean drops it)")
     demo.set_defaults(func=_cmd_demo)
 
-    from agentlab.lab.experiments import add_arguments
+    from agentlab.lab.options import add_arguments
 
     chaos = sub.add_parser("chaos", help="run the failure lab: faults x presets -> invariant violations")
     add_arguments(chaos)
@@ -108,10 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench_arguments(bench)
     bench.set_defaults(func=_cmd_bench)
 
-    dbp = sub.add_parser("db", help="the database server: url, start, stop, list, clean, reset")
+    dbp = sub.add_parser("db", help="the database server: url [NAME], start, stop, list, clean, reset")
     dbp.add_argument("action", choices=["url", "start", "stop", "list", "clean", "reset"],
-                     help="clean: drop leftover databases of interrupted runs; reset: start from scratch "
+                     help="url: the server's maintenance database, or with NAME that database (for psql); "
+                     "clean: drop leftover databases of interrupted runs; reset: start from scratch "
                      "(embedded: stop it and remove its data folder; DATABASE_URL: drop every agentlab database)")
+    dbp.add_argument("name", nargs="?", default=None, metavar="NAME",
+                     help="with url: an agentlab database, e.g. the one demo --keep kept (db list names them)")
     dbp.set_defaults(func=_cmd_db)
     return parser
 
@@ -126,14 +141,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)  # --help and a refused option end here, before the heavy imports
+
     import psycopg
     from psycopg_pool import PoolTimeout
 
     from agentlab.runtime import db
     from agentlab.core.errors import AgentlabError
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # expected outcomes (a parked saga, a discarded broken connection) are not news

@@ -33,6 +33,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphBubbleUp, GraphInterrupt
 from langgraph.runtime import Runtime
 
+from agentlab.core.storable import storable_text
+
 log = logging.getLogger("agentlab.core.events")
 
 EVENT_COLUMNS = (
@@ -184,11 +186,7 @@ class EventLog:
 def _storable(value: Any) -> Any:
     """Text PostgreSQL can store: a model may send a NUL byte or a lone surrogate in a tool name or id,
     and one such value must not make the whole buffered batch of events fail to insert."""
-    if isinstance(value, str):
-        if value.isascii() and "\x00" not in value:
-            return value  # the common case, without re-encoding
-        return value.replace("\x00", "\\x00").encode("utf-8", "replace").decode("utf-8")
-    return value
+    return storable_text(value) if isinstance(value, str) else value
 
 
 # --------------------------------------------------------------------------- node executions

@@ -208,7 +208,7 @@ def build_graph(model, node: TransactionalToolsNode, *, checkpointer=None, max_r
     graph.add_node("escalate", observe_node("escalate", escalate, events))
     graph.add_edge(START, "agent")
     if approval is not None:
-        graph.add_node("approve", observe_node("approve", approval.as_node(node.pool), events))
+        graph.add_node("approve", observe_node("approve", approval.as_node(node.pool, toolset=node.toolset, validation=node.safeguards.validation), events))
         graph.add_conditional_edges("agent", after_agent, ["approve", END])
         graph.add_conditional_edges("approve", approval.route, ["tools", "agent"])
     else:

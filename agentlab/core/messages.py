@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
+if TYPE_CHECKING:  # imported where used: the error translator (and the command line) need only the texts
+    from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 
 FAILED_PREFIX = "FAILED"
 NOT_APPLIED_PREFIX = "NOT APPLIED"
@@ -74,6 +76,8 @@ def batches(messages: list[AnyMessage]) -> Iterator[tuple[int, AIMessage, dict[s
     A ToolMessage answers the calls of the nearest AIMessage before it: ids are unique within a batch
     but some models reuse them across turns (a constant id, ``functions.NAME:0`` on every round, case
     C17), so an answer of an earlier turn never counts for a later one."""
+    from langchain_core.messages import AIMessage, ToolMessage
+
     current: tuple[int, AIMessage, dict[str, ToolMessage]] | None = None
     for i, m in enumerate(messages):
         if isinstance(m, AIMessage):
@@ -99,6 +103,8 @@ def occurrences(messages: list[AnyMessage], at: int) -> dict[str, int]:
     The ledger keys a call by it (:func:`agentlab.core.tools_node.idempotency_key`): a node retry, a
     resume or a replay of that AIMessage sees the same history before it and so the same number; a
     later turn that reuses the id sees one more."""
+    from langchain_core.messages import AIMessage
+
     counts: dict[str, int] = {}
     for m in messages[:at]:
         if isinstance(m, AIMessage):

@@ -2,16 +2,19 @@
 
 A tool never calls the provider; it inserts an ``outbox`` row in the batch's transaction
 (:func:`enqueue`, :func:`send_payment`), so the intent exists if and only if the batch committed.
-The worker then, per round, in one transaction:
+The worker then, per round, takes up to ``batch_size`` rows, each in a transaction of its own (so a
+row's failure never rolls back the marks of the rows paid before it):
 
-1. claims due rows with ``FOR UPDATE SKIP LOCKED`` (several workers never take the same row);
+1. claims one due row with ``FOR UPDATE SKIP LOCKED`` (several workers never take the same row);
 2. asks the provider whether a payment with the row's dedupe key as reference already exists
    (a provider forgets idempotency keys after its retention: this look-up is what still holds then);
 3. otherwise calls the provider with the row's dedupe key as idempotency key and the row's payload
    as the body, identical on every retry; no key is ever minted here;
 4. marks the row ``dispatched``; on a timeout counts the attempt and backs off (capped,
-   exponential); after ``max_attempts``, or at once on "same key, other parameters" or a topic it
-   does not know, parks the row as ``dead_letter`` for a person.
+   exponential); after ``max_attempts``, or at once on "same key, other parameters", a topic it
+   does not know or a payload it cannot read (a poison row: a missing ``amount_cents``), parks the
+   row as ``dead_letter`` with the reason in ``last_error``. Any other error of a dispatch counts
+   as a failed attempt of that row alone; the rows after it are still dispatched.
 
 Topics: ``payment.charge`` and ``payment.refund`` go to the payment provider; ``notify.email`` goes
 to the notification sink (:mod:`agentlab.sim.notifier`), which has no idempotency keys at all, so the
@@ -34,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentlab.core.errors import IdempotencyConflict, ProviderError
+from agentlab.core.storable import storable_text
 
 if TYPE_CHECKING:
     from agentlab.core.toolspec import ToolContext
@@ -55,11 +59,11 @@ RETURNING id
 IN_ORDER = f"""NOT (o.topic = '{NOTIFY_TOPIC}' AND o.thread_id IS NOT NULL AND EXISTS (
     SELECT 1 FROM outbox e WHERE e.status = 'pending' AND e.topic = '{NOTIFY_TOPIC}'
                            AND e.thread_id = o.thread_id AND e.id < o.id))"""
-CLAIM_DUE = f"""
+CLAIM_ONE = f"""
 SELECT id, topic, payload, dedupe_key, attempts FROM outbox o
 WHERE status = 'pending' AND available_at <= now() AND (%(thread)s::text IS NULL OR thread_id = %(thread)s)
-  AND {IN_ORDER}
-ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+  AND {IN_ORDER} AND id <> ALL(%(seen)s)
+ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED
 """
 MARK_DISPATCHED = """
 UPDATE outbox SET status = 'dispatched', dispatched_at = now(), attempts = attempts + 1,
@@ -139,6 +143,34 @@ class UnknownTopic(Exception):
     """Raised when an outbox row names a topic no dispatcher handles; the row is parked."""
 
 
+class MalformedPayload(Exception):
+    """Raised when an outbox row's payload lacks a field its topic needs, or holds one of the wrong type;
+    the row is parked at once (it will not read better on a retry)."""
+
+
+PAYMENT_FIELDS = {"customer_id": int, "amount_cents": int}
+NOTIFY_FIELDS = {"to": str, "subject": str, "body": str}
+MAX_ERROR_CHARS = 500
+
+
+def _require(payload: Any, fields: dict[str, type]) -> None:
+    """Raise :class:`MalformedPayload` unless ``payload`` is an object with each of ``fields`` of its type."""
+    if not isinstance(payload, dict):
+        raise MalformedPayload(f"payload is a {type(payload).__name__}, not an object")
+    missing = [f for f in fields if f not in payload]
+    if missing:
+        raise MalformedPayload(f"payload has no {', '.join(missing)}")
+    wrong = [f for f, t in fields.items() if not isinstance(payload[f], t) or isinstance(payload[f], bool)]
+    if wrong:
+        raise MalformedPayload(f"payload field {', '.join(wrong)} has the wrong type")
+
+
+def _error_text(text: str) -> str:
+    """``last_error`` as stored: no NUL (PostgreSQL text cannot hold one), at most MAX_ERROR_CHARS."""
+    text = storable_text(text)
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "\u2026"
+
+
 class OutboxWorker:
     """Dispatches outbox rows to the provider (payments) and the notification sink (``notify.email``).
 
@@ -170,20 +202,30 @@ class OutboxWorker:
         self.hooks = WorkerHooks()
 
     async def run_once(self) -> DrainStats:
-        """One round: claim due rows, dispatch them, commit. Returns what happened."""
+        """One round: up to ``batch_size`` due rows, each claimed, dispatched and marked in its own
+        transaction. Returns what happened. A :class:`agentlab.core.errors.SimulatedCrash` from a hook
+        propagates, rolling back only the row in hand; the rows marked before it stay marked."""
         stats = DrainStats(rounds=1)
-        async with self.pool.connection() as conn, conn.transaction():
-            cur = await conn.execute(CLAIM_DUE, {"thread": self.thread_id, "limit": self.batch_size})
-            for row_id, topic, payload, dedupe_key, attempts in await cur.fetchall():
-                stats.claimed += 1
-                await self._dispatch(conn, row_id, topic, payload, dedupe_key, attempts, stats)
+        seen: list[int] = []
+        async with self.pool.connection() as conn:
+            while len(seen) < self.batch_size:
+                async with conn.transaction():
+                    cur = await conn.execute(CLAIM_ONE, {"thread": self.thread_id, "seen": seen})
+                    row = await cur.fetchone()
+                    if row is None:
+                        break
+                    seen.append(row[0])
+                    stats.claimed += 1
+                    await self._dispatch(conn, *row, stats)
         return stats
 
     async def _dispatch(self, conn, row_id, topic, payload, key, attempts, stats: DrainStats) -> None:
         try:
             if topic == NOTIFY_TOPIC and self.notifier is not None:
+                _require(payload, NOTIFY_FIELDS)
                 ref, found = await self._notify(payload, key)
             elif topic in (CHARGE_TOPIC, REFUND_TOPIC):
+                _require(payload, PAYMENT_FIELDS)
                 ref, found = await self._pay(topic, payload, key)
             else:
                 raise UnknownTopic(f"no dispatcher for outbox topic {topic!r}")
@@ -192,18 +234,21 @@ class OutboxWorker:
                 result = hook(row_id)
                 if result is not None:
                     await result
-        except (IdempotencyConflict, UnknownTopic) as exc:
+        except (IdempotencyConflict, UnknownTopic, MalformedPayload) as exc:
             log.error("outbox row %s parked: %s", row_id, exc)
-            await conn.execute(MARK_DEAD, (f"parked for a human: {exc}", row_id))
+            await conn.execute(MARK_DEAD, (_error_text(f"parked for a human: {exc}"), row_id))
             stats.dead_lettered += 1
             return
-        except (ProviderError, TimeoutError, ConnectionError) as exc:
+        except Exception as exc:  # ProviderError, TimeoutError, ConnectionError, or a bug: this row only
+            if not isinstance(exc, (ProviderError, TimeoutError, ConnectionError)):
+                log.exception("outbox row %s: unexpected error in its dispatch", row_id)
             if attempts + 1 >= self.max_attempts:
-                await conn.execute(MARK_DEAD, (f"gave up after {attempts + 1} attempts: {exc}", row_id))
+                await conn.execute(MARK_DEAD, (_error_text(f"gave up after {attempts + 1} attempts: "
+                                                           f"{type(exc).__name__}: {exc}"), row_id))
                 stats.dead_lettered += 1
             else:
                 delay = min(self.backoff_cap_s, self.backoff_s * 2**attempts)
-                await conn.execute(MARK_RETRY, (f"{type(exc).__name__}: {exc}", delay, row_id))
+                await conn.execute(MARK_RETRY, (_error_text(f"{type(exc).__name__}: {exc}"), delay, row_id))
                 stats.retried += 1
             return
         await conn.execute(MARK_DISPATCHED, (ref, row_id))

@@ -7,7 +7,9 @@ import re
 SECRET_PATTERNS = (
     # postgresql://user:password@host, up to the token's last @ (a password may hold an unencoded @)
     (re.compile(r"(://[^:/@\s]*:)\S+@"), r"\1***@"),
-    (re.compile(r"(?i)(password\s*=\s*)('[^']*'|\S+)"), r"\1***"),  # key=value conninfo
+    # key=value conninfo: a quoted value up to its closing quote, else up to the first space that no
+    # backslash escapes (libpq's rules: 'it\'s', s3cr3t\ x), so no part of the password is left
+    (re.compile(r"(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'?|(?:[^\s\\]|\\.)+)"), r"\1***"),
     (re.compile(r"(?i)\b((?:secret|token|api[_-]?key|access[_-]?key|secret[_-]?access[_-]?key|[a-z_]*_secret)"
                 r"[a-z_]*\s*[=:]\s*)('[^']*'|\"[^\"]*\"|\S+)"), r"\1***"),
     (re.compile(r"\b(sk|rk|pk)_(live|test)_[A-Za-z0-9]+"), r"\1_\2_***"),  # payment provider keys

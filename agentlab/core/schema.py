@@ -466,6 +466,12 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX outbox_pending_thread ON outbox (thread_id, id) WHERE status = 'pending';
         """,
     ),
+    (
+        "approval requests: the interrupt at which a request was shown (an answer binds to it)",
+        """
+        ALTER TABLE approval_requests ADD COLUMN shown_at integer;
+        """,
+    ),
 ]
 
 INSERT_SEED_CUSTOMER = (

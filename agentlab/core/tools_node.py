@@ -54,6 +54,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
 from agentlab.core.errors import Category, ToolError, Translation, translate
+from agentlab.core.storable import storable
 from agentlab.core.messages import (
     BATCH_ROLLED_BACK, CALL_ID_TOO_LONG, COMMIT_FAILED, DUPLICATE_CALL_ID, FAILED_PREFIX, FAILED_TEMPLATE,
     INVALID_CALL_ID, INVALID_JSON_ARGUMENTS, LEDGER_ARGS_MISMATCH, MISSING_CALL_ID, NOT_APPLIED_TEMPLATE, batches,
@@ -250,7 +251,7 @@ class TransactionalToolsNode:
                     raise _Duplicate(MISSING_CALL_ID)
                 if ids.count(call_id) > 1:
                     raise _Duplicate()
-                if not _storable(call_id):  # the ledger key holds the id: a NUL or lone surrogate cannot be stored
+                if not storable(call_id):  # the ledger key holds the id: a NUL or lone surrogate cannot be stored
                     raise _Duplicate(INVALID_CALL_ID)
                 if len(call_id) > MAX_CALL_ID_CHARS:  # the ledger's key index cannot hold it (SQLSTATE 54000)
                     raise _Duplicate(CALL_ID_TOO_LONG)
@@ -709,12 +710,3 @@ def _as_json(value: Any) -> Any:
 
 class _Duplicate(Exception):
     pass
-
-
-def _storable(text: str) -> bool:
-    """Whether PostgreSQL can store ``text`` (no NUL byte, valid UTF-8)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return "\x00" not in text

@@ -21,9 +21,10 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from agentlab.core.errors import DomainError, UnknownTool
+from agentlab.core.storable import UNSTORABLE_REASON, unstorable_path
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -32,9 +33,18 @@ if TYPE_CHECKING:
 
 
 class StrictArgs(BaseModel):
-    """Base of a strict argument model: no coercion (``"42"`` is not an int), no unknown keys, frozen."""
+    """Base of a strict argument model: no coercion (``"42"`` is not an int), no unknown keys, frozen,
+    and no text the database cannot store (a NUL byte, a lone surrogate) in any field, at any depth:
+    such a value is refused here, before any SQL, with the field named (case C21)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        if unstorable_path(value) is not None:
+            raise ValueError(UNSTORABLE_REASON)
+        return value
 
 
 @dataclass

@@ -50,17 +50,20 @@ def report(ep, state: dict, outbox: dict, *, wall_s: float, database: str | None
     }
 
 
-def render_episode(rep: dict, *, timing: bool = True) -> str:
-    """The human-readable account of one episode's report."""
+def render_episode(rep: dict, *, timing: bool = True, intro: list[str] | tuple[str, ...] = ()) -> str:
+    """The human-readable account of one episode's report; ``intro`` lines (a workflow demo's own
+    block) come right under the header."""
     lines = [f"agentlab demo: scenario '{rep['scenario']}', preset '{rep['preset']}'",
              f"  {PRESET_NOTES.get(rep['preset'], '')}", ""]
+    if intro:
+        lines += [*intro, ""]
     for n, step in enumerate(rep["steps"], 1):
         lines.append(f"Step {n}: the model sends {len(step['calls'])} tool call(s) in one message")
         for c in step["calls"]:
             args = ", ".join(f"{k}={v!r}" for k, v in c["args"].items()) if isinstance(c["args"], dict) else c["args"]
             lines.append(f"    {c['tool']}({args})")
         for c in step["calls"]:
-            lines.append(f"  -> {c['tool']:<17} {c['outcome'].upper():<11} {_short(c['reply'])}")
+            lines.append(f"  -> {c['tool']:<17} {c['outcome'].upper():<11} {shorten(c['reply'])}")
         outcomes = {c["outcome"] for c in step["calls"]}
         if outcomes & {"failed", "not_applied"} and not outcomes & {"applied"}:
             lines.append("     batch rolled back: nothing of it is in the database")
@@ -84,16 +87,40 @@ def render_episode(rep: dict, *, timing: bool = True) -> str:
                  f"({rep['unanswered_tool_calls']} unanswered)")
     if timing:
         lines.append(f"  wall time         {rep['wall_s']:.2f} s")
-    if rep.get("database"):
-        lines.append(f"  database kept     {rep['database']}")
+    lines += kept_lines(rep.get("database"), label_width=18)
     return "\n".join(lines)
 
 
-def _short(text: str | None, width: int = 110) -> str:
+SHORTENED_MARK = " [...]"
+
+
+def kept_lines(database: str | None, *, label_width: int) -> list[str]:
+    """The lines naming a database the demo kept (``--keep``) and the exact command to look at it;
+    the name only, never the URL (it may hold a password)."""
+    if not database:
+        return []
+    from agentlab.runtime.db import dbname_of
+
+    name = dbname_of(database)
+    return [f"  {'database kept':<{label_width}}{name} (until `python -m agentlab db clean`)",
+            f"  {'look at it with':<{label_width}}psql \"$(python -m agentlab db url {name})\""]
+
+
+def shorten(text: str | None, width: int = 110) -> str:
+    """``text`` on one line, at most ``width`` characters: cut at the last word boundary that fits,
+    with :data:`SHORTENED_MARK` saying so; ``"(no answer)"`` for None."""
     if text is None:
         return "(no answer)"
     text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 3] + "..."
+    if len(text) <= width:
+        return text
+    room = width - len(SHORTENED_MARK)
+    cut = text[:room + 1].rsplit(" ", 1)[0] if " " in text[:room + 1] else ""
+    if len(cut) < room // 2:  # one very long word (a JSON blob): cut inside it rather than drop it
+        cut = text[:room]
+    return cut.rstrip(" ,;:") + SHORTENED_MARK
+
+
 
 
 def to_json(rep: dict) -> str:

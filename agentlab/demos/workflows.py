@@ -23,7 +23,8 @@ from typing import Any
 from langchain_core.messages import HumanMessage
 
 from agentlab.durable.approval import APPROVAL, APPROVE, REJECT, ApprovalPolicy, interrupts_of, resume_command
-from agentlab.demos.report import render_episode
+from agentlab.demos.catalog import WORKFLOW_DEMOS
+from agentlab.demos.report import kept_lines, render_episode
 from agentlab.demos.report import report as episode_report
 from agentlab.core.graph import run_config
 from agentlab.runtime.harness import Episode, Harness
@@ -34,7 +35,6 @@ from agentlab.durable.saga import Backoff
 from agentlab.core.safeguards import preset
 from agentlab.domains.billing.scenarios import CustomerSpec, create_customers
 
-WORKFLOW_DEMOS = ("approval", "saga")
 DAYS_LATER = 3
 SAGA_OPENING_CREDIT_CENTS = 5000
 SAGA_AMOUNT_CENTS = 3000
@@ -142,8 +142,7 @@ def render_saga(rep: dict) -> str:
         f"  provider refunds     {rep['refunds']}",
         f"  wall time            {rep['wall_s']:.2f} s",
     ]
-    if rep.get("database"):
-        lines.append(f"  database kept        {rep['database']}")
+    lines += kept_lines(rep.get("database"), label_width=21)
     return "\n".join(lines)
 
 
@@ -195,7 +194,7 @@ def render_approval(rep: dict) -> str:
              f"{a['threshold_cents']} cents; answered {a['days_later']} days later:"]
     for call, decision in zip(a["calls_in_request"], a["decisions"]):
         lines.append(f"    {call['tool']} {call['reference']} {call['amount_cents']} cents -> {decision}")
-    return "\n".join(lines) + "\n\n" + render_episode(rep)
+    return render_episode(rep, intro=lines)
 
 
 def render_workflow(rep: dict) -> str:

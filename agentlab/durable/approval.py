@@ -14,7 +14,12 @@ With an :class:`ApprovalPolicy`, :func:`agentlab.core.graph.build_graph` puts an
 3. the resume, ``Command(resume={tool_call_id: "approve" | "reject", ...})`` (or one word for every
    call), answers each call by its tool call id. Anything but ``"approve"``, and a call the resume
    does not name, counts as rejected: the safe default. The decisions are stored once (a guarded
-   ``UPDATE ... WHERE status = 'pending'``, under the same key).
+   ``UPDATE ... WHERE status = 'pending'``, under the same key). An answer binds to what the reviewer
+   saw (case C22): each request row records the interrupt at which it was shown (``shown_at``), and
+   an answer decides only calls that a pending, shown request of the thread listed exactly (same
+   ids, tools and arguments). A call edited while it waited (``aupdate_state`` under the same id) is
+   not decided by the answer given to the old request; the thread stops again on a new one. Each listed call carries ``args_sha256`` (:func:`args_hash`); an answer may name it,
+   and the request key, to bind explicitly (:func:`decisions_from`).
 4. each rejected call gets its ToolMessage here, ``FAILED [rejected]`` with
    :data:`agentlab.core.errors.REJECTED_BY_REVIEWER`, which the scripted model reads as "drop it"; the
    tools node then runs only the approved calls still without a ToolMessage (case C06). When every
@@ -28,12 +33,16 @@ outbox row exists once and the worker looks the payment up by that key before pa
 is not keyed by thread, node and step: that key names *the approval*, and two different calls
 approved in one batch share it.)
 
+A call holding text the database cannot store (a NUL byte) never becomes a request: it is answered
+``FAILED [invalid_arguments]`` (case C21, :mod:`agentlab.core.storable`).
+
 Sources: LangGraph docs "Interrupts" (re-execution on resume, "side effects before interrupt must be
 idempotent", resuming with ``Command(resume=...)``); Stripe "Idempotent requests" (24 h key retention).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,11 +50,13 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.errors import GraphInterrupt
 from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
 
 from agentlab.core.errors import Category
 from agentlab.core.messages import FAILED_TEMPLATE, REJECTED_BY_REVIEWER
+from agentlab.core.storable import UNSTORABLE_REASON, storable_text, unstorable_path
 from agentlab.domains.billing.scenarios import C, CustomerSpec, Intended, PlannedCall, Scenario
 
 APPROVE = "approve"
@@ -62,6 +73,12 @@ RECORD_DECISIONS = """
 UPDATE approval_requests SET status = 'decided', decisions = %s, decided_at = now()
 WHERE request_key = %s AND status = 'pending'
 """
+SHOWN_AT = """
+SELECT shown_at FROM approval_requests
+WHERE thread_id = %s AND node = %s AND calls = %s::jsonb AND status = 'pending' AND shown_at IS NOT NULL
+ORDER BY requested_at DESC LIMIT 1
+"""
+MARK_SHOWN = "UPDATE approval_requests SET shown_at = %s WHERE request_key = %s AND shown_at IS NULL"
 LIST_REQUESTS = """
 SELECT request_key, thread_id, node, step, calls, status, decisions, requested_at, decided_at
 FROM approval_requests WHERE (%(thread)s::text IS NULL OR thread_id = %(thread)s) ORDER BY requested_at, request_key
@@ -87,15 +104,64 @@ def last_batch(messages: list[AnyMessage]) -> tuple[list[dict], set[str]]:
     return list(messages[at].tool_calls), answered
 
 
-def decisions_from(answer: Any, calls: list[dict]) -> dict[str, str]:
+def args_hash(call: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of a tool call's name and arguments as key-sorted JSON: what a reviewer approves."""
+    text = json.dumps({"name": call.get("name"), "args": call.get("args")}, sort_keys=True, default=str,
+                      separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
+
+
+def decisions_from(answer: Any, calls: list[dict], *, request: Mapping[str, Any] | None = None) -> dict[str, str]:
     """Normalise a resume value to ``{tool_call_id: "approve" | "reject"}`` for ``calls``.
 
-    ``answer`` is one word for every call, or a mapping by tool call id. Only ``"approve"`` approves;
-    anything else, or a call the mapping does not name, is rejected.
+    ``answer`` is one word for every call, or a mapping by tool call id whose values are a word or
+    ``{"decision": word, "args_sha256": hash}``; either may be wrapped as ``{"request_key": key,
+    "decisions": ...}``. Only ``"approve"`` approves; anything else, a call the mapping does not
+    name, a hash that is not the call's current :func:`args_hash`, or a ``request_key`` that is not
+    ``request``'s, is rejected.
     """
+    if isinstance(answer, Mapping) and "decisions" in answer and "request_key" in answer:
+        if request is not None and answer["request_key"] != request.get("request_key"):
+            return {c["id"]: REJECT for c in calls}
+        answer = answer["decisions"]
+
+    def word(value: Any, call: dict) -> str:
+        if isinstance(value, Mapping):
+            if value.get("args_sha256") != args_hash(call):
+                return REJECT
+            value = value.get("decision")
+        return APPROVE if value == APPROVE else REJECT
+
     if isinstance(answer, Mapping):
-        return {c["id"]: APPROVE if answer.get(c["id"]) == APPROVE else REJECT for c in calls}
-    return {c["id"]: APPROVE if answer == APPROVE else REJECT for c in calls}
+        return {c["id"]: word(answer.get(c["id"]), c) for c in calls}
+    return {c["id"]: word(answer, c) for c in calls}
+
+
+def _answers(answer: Any, request: Mapping[str, Any], index: int, shown_at: int | None, *, bound: bool) -> bool:
+    """Whether the ``index``-th resume value of a node run answers ``request``: an answer naming a
+    request key answers that request only; otherwise (with a pool) only the value given at the
+    interrupt where the request was shown; without a pool, any."""
+    if isinstance(answer, Mapping) and "request_key" in answer and "decisions" in answer:
+        return answer["request_key"] == request.get("request_key")
+    return not bound or shown_at == index
+
+
+def _valid(toolset, call: Mapping[str, Any]) -> bool:
+    try:
+        toolset.get_tool(call.get("name")).validate(call.get("args"))
+    except Exception:
+        return False
+    return True
+
+
+def unstorable_message(call: dict) -> ToolMessage:
+    """The ToolMessage of a call holding text the database cannot store (no request is made for it)."""
+    where = unstorable_path({"args": call.get("args")}) or ""
+    field = f"argument '{where.removeprefix('args.')}'" if where.startswith("args.") else "this call"
+    return ToolMessage(FAILED_TEMPLATE.format(category=Category.INVALID_ARGUMENTS.value,
+                                              reason=f"{storable_text(field)}: {UNSTORABLE_REASON}."),
+                       tool_call_id=storable_text(str(call["id"])), name=call.get("name"), status="error",
+                       artifact={"outcome": "failed", "category": Category.INVALID_ARGUMENTS.value})
 
 
 def rejected_message(call: dict) -> ToolMessage:
@@ -131,39 +197,69 @@ class ApprovalPolicy:
                 and amount > self.threshold_cents)
 
     def request(self, calls: list[dict], *, thread_id: str, step: int | None, checkpoint_id: str | None = None) -> dict:
-        """The approval request shown to a person: one per batch, listing each call (JSON-ready)."""
+        """The approval request shown to a person: one per batch, listing each call (JSON-ready) with
+        the hash of its tool and arguments (``args_sha256``, :func:`args_hash`)."""
         return {
             "request_key": request_key(thread_id, self.node, step, checkpoint_id),
             "thread_id": thread_id,
             "threshold_cents": self.threshold_cents,
             "calls": [{"tool_call_id": c["id"], "tool": c["name"], "args": c["args"],
-                       "amount_cents": c["args"].get(self.amount_arg)} for c in calls],
+                       "amount_cents": c["args"].get(self.amount_arg), "args_sha256": args_hash(c)} for c in calls],
             "answer_with": {c["id"]: f"{APPROVE} | {REJECT}" for c in calls},
         }
 
-    def as_node(self, pool=None):
+    def as_node(self, pool=None, *, toolset=None, validation: bool = True):
         """The ``approve`` node function. ``pool`` (the business pool) stores requests and decisions;
-        None keeps them in the checkpoint only."""
+        None keeps them in the checkpoint only. ``toolset`` (the tools node's
+        :class:`agentlab.core.toolspec.Toolset`) with ``validation`` on: a call whose arguments its tool
+        refuses is left to the tools node, which answers it ``FAILED [invalid_arguments]`` before any
+        SQL; nobody is asked to approve it. Whatever the safeguards, a call holding text the database
+        cannot store (a NUL byte: :mod:`agentlab.core.storable`) is answered here with
+        ``FAILED [invalid_arguments]`` and never becomes a request (case C21).
+
+        An answer binds to the request it was given for (case C22): a call changed while it waited
+        (``aupdate_state`` under the same id) makes a new request, and an answer given before that
+        request was shown does not decide it; the thread stops again, on the new request."""
 
         async def approve(state: dict, config: RunnableConfig, runtime: Runtime) -> dict:
             calls, answered = last_batch(state["messages"])
-            pending = [c for c in calls if c["id"] not in answered and self.needs_approval(c)]
+            candidates = [c for c in calls if c["id"] not in answered and self.needs_approval(c)]
+            if toolset is not None and validation:
+                candidates = [c for c in candidates if _valid(toolset, c)]
+            refused = [c for c in candidates if unstorable_path(c) is not None]
+            pending = [c for c in candidates if unstorable_path(c) is None]
+            out = [unstorable_message(c) for c in refused]
             if not pending:
-                return {}
+                return {"messages": out} if out else {}
             thread_id = str((config.get("configurable") or {}).get("thread_id", "default"))
             step = (config.get("metadata") or {}).get("langgraph_step")
             checkpoint_id = getattr(getattr(runtime, "execution_info", None), "checkpoint_id", None)
             req = self.request(pending, thread_id=thread_id, step=step, checkpoint_id=checkpoint_id)
+            shown_at = None
             if pool is not None:  # idempotent: the re-execution on resume writes nothing new
+                calls_json = json.dumps(req["calls"], default=str)
                 async with pool.connection() as conn:
-                    await conn.execute(INSERT_REQUEST, (req["request_key"], thread_id, self.node, step,
-                                                        json.dumps(req["calls"], default=str)))
-            answer = interrupt(req)
-            decisions = decisions_from(answer, pending)
+                    await conn.execute(INSERT_REQUEST, (req["request_key"], thread_id, self.node, step, calls_json))
+                    # shown: a pending request of this thread listing exactly these calls (ids, tools, arguments)
+                    row = await (await conn.execute(SHOWN_AT, (thread_id, self.node, calls_json))).fetchone()
+                    shown_at = row[0] if row else None
+            index = 0  # the n-th interrupt() of this node run: LangGraph pairs resume values with them in order
+            while True:
+                try:
+                    answer = interrupt(req)
+                except GraphInterrupt:
+                    if pool is not None:  # the request is what a person sees now, at this interrupt
+                        async with pool.connection() as conn:
+                            await conn.execute(MARK_SHOWN, (index, req["request_key"]))
+                    raise
+                if _answers(answer, req, index, shown_at, bound=pool is not None):
+                    break
+                index += 1  # an answer to another request (the call changed since): ask again
+            decisions = decisions_from(answer, pending, request=req)
             if pool is not None:
                 async with pool.connection() as conn:
                     await conn.execute(RECORD_DECISIONS, (json.dumps(decisions), req["request_key"]))
-            return {"messages": [rejected_message(c) for c in pending if decisions[c["id"]] != APPROVE]}
+            return {"messages": out + [rejected_message(c) for c in pending if decisions[c["id"]] != APPROVE]}
 
         return approve
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
+from agentlab.core.errors import AgentlabError
 from agentlab.core.graph import RECURSION_LIMIT
 
 THREAD_COUNTS = """
@@ -107,6 +108,42 @@ async def replay(graph, thread_id: str, checkpoint_id: str, *, tenant_id: str | 
     """Run the graph again from ``checkpoint_id``: every node after it re-executes. Returns the final state."""
     config = thread_config(thread_id, checkpoint_id, tenant_id=tenant_id)
     return await graph.ainvoke(None, config, durability=durability)
+
+
+LEDGER_ROWS_OF_THREAD = "SELECT count(*) FROM tool_executions WHERE thread_id = %s"
+
+
+class NoCheckpoint(AgentlabError):
+    """Raised when a thread to resume has no checkpoint: under ``durability="exit"`` a run that died
+    before its end (a kill, a crash) leaves none, whatever its batches committed."""
+
+
+async def resume_thread(graph, config: dict, *, pool=None, durability: str = "sync") -> dict:
+    """Resume a thread from its latest checkpoint (``graph.ainvoke(None, config)``); the final state.
+
+    Where LangGraph would raise ``EmptyInputError`` ("Received no input for __start__") because the
+    thread has no checkpoint, this raises :class:`NoCheckpoint` saying what is known: with ``pool``
+    (the business pool), how many tool calls of the thread committed (the ledger), and what a
+    re-submission of the prompt can and cannot undo (case C23): the model mints new tool call ids,
+    so the ledger cannot recognise the committed calls; natural keys refuse a second credit memo,
+    refund or invoice for the same reference or period, and the outbox sends a charge once; a tool
+    without one (``ApplyCredit``, a bare deduction) applies again unless a refused sibling rolls
+    its batch back (the atomic policy).
+    """
+    snapshot = await graph.aget_state(config)
+    if snapshot.values or snapshot.next:
+        return await graph.ainvoke(None, config, durability=durability)
+    thread_id = (config.get("configurable") or {}).get("thread_id")
+    committed = ""
+    if pool is not None:
+        async with pool.connection() as conn:
+            n = (await (await conn.execute(LEDGER_ROWS_OF_THREAD, (thread_id,))).fetchone())[0]
+        committed = (f"; {n} of its tool calls committed before that (the ledger holds them)" if n
+                     else "; none of its tool calls committed")
+    raise NoCheckpoint(
+        f"thread {thread_id!r} has no checkpoint to resume (a run under durability='exit' that died before "
+        f"its end leaves none){committed}. Re-submit the prompt: natural keys refuse a second credit memo, "
+        "refund or invoice, but a call without one (ApplyCredit) can apply again")
 
 
 async def fork(graph, thread_id: str, checkpoint_id: str, values: dict, *, as_node: str | None = None,

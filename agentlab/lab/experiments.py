@@ -35,6 +35,7 @@ from agentlab.lab.faults import FAULTS, fault_scenarios, faults_for, get_fault
 from agentlab.runtime.domains import resolve_domain
 from agentlab.runtime.harness import Harness
 from agentlab.lab.invariants import KINDS, count_by_kind
+from agentlab.lab.options import DEFAULT_CONCURRENCY, add_arguments, png_path, positive_int  # noqa: F401 (re-exported)
 from agentlab.lab.runner import FaultRun, Lab
 from agentlab.core.safeguards import PRESETS, Safeguards, preset
 
@@ -45,7 +46,6 @@ ROW_COLUMNS = ("preset", "fault", "scenario", "episode", "seed", "rollbacks", "e
                "violations", *KINDS, "wall_ms")
 LADDER = tuple(PRESETS)  # naive ... full: each rung adds one safeguard
 SET_ASYNC_COMMIT = "ALTER DATABASE {} SET synchronous_commit = off"
-DEFAULT_CONCURRENCY = 32
 # the words in Fault.guarded_by that name what each rung adds (to list its own faults first)
 RUNG_GUARDS = {"constraints": ("constraints",), "validated": ("validation",), "transaction": ("transaction",),
                "savepoints": ("savepoints",), "ledger": ("ledger",), "full": ("outbox", "timeouts")}
@@ -192,6 +192,16 @@ def _progress(total: int, enabled: bool | None):
     return tqdm(total=total, disable=disable, unit="episode", desc="chaos", leave=False)
 
 
+def _repeated(names: Iterable[str]) -> str | None:
+    """The first name that comes twice in ``names``, or None."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
+
+
 async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards] | None = None,
                          faults: Iterable[str] | None = None, *, seed: int = 0,
                          concurrency: int = DEFAULT_CONCURRENCY, progress: bool | None = None,
@@ -209,6 +219,8 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
         progress: show a tqdm bar (default: when stderr is a terminal).
         url: run on this database (default: a fresh one, dropped afterwards).
         durability: force one LangGraph durability for every episode (default: per fault, see :mod:`agentlab.lab.runner`).
+            ``"exit"`` writes a checkpoint only when a run ends: a fault that resumes from a checkpoint
+            finds none after a crash (see :meth:`agentlab.runtime.harness.Harness.run_episode`).
         fast_commit: ``synchronous_commit = off`` for the fresh experiment database (ignored with ``url``).
         workers: processes running the episodes (:mod:`agentlab.lab.parallel`); 1 runs them in this process.
             The rows are the same for any number. A domain other than billing runs in this process.
@@ -217,7 +229,7 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
             (:func:`agentlab.lab.faults.faults_for`), and its own invariant kinds get a column each.
 
     Raises:
-        ValueError: an unknown preset or fault name; ``episodes``, ``concurrency`` or ``workers`` below 1.
+        ValueError: an unknown preset or fault name, or one given twice; ``episodes``, ``concurrency`` or ``workers`` below 1.
         agentlab.runtime.db.DatabaseUnavailable: no server, or it stopped answering during the run (the
             experiment stops within about two seconds; its database is left to ``db clean``).
     """
@@ -225,12 +237,17 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
         raise ValueError(f"episodes, concurrency and workers must be at least 1 (got {episodes}, {concurrency}, "
                          f"{workers})")
     chosen = [preset(p) if isinstance(p, str) else p for p in (presets or PRESETS)]
+    twice = _repeated(sg.name for sg in chosen)
+    if twice:
+        raise ValueError(f"preset {twice!r} is given more than once; presets must have distinct names (give a "
+                         "custom Safeguards value its own name=)")
     by_name = {sg.name: sg for sg in chosen}
-    if len(by_name) != len(chosen):
-        raise ValueError("presets must have distinct names (give a custom Safeguards value its own name=)")
     presets = tuple(by_name)
     domain = resolve_domain(domain)
     faults = tuple(faults or faults_for(domain))
+    twice = _repeated(faults)
+    if twice:
+        raise ValueError(f"fault {twice!r} is given more than once; name each fault once")
     fault_objs = [get_fault(f) for f in faults]
     for f in fault_objs:
         fault_scenarios(f, domain)  # a fault that does not fit the domain: ValueError before any episode
@@ -410,66 +427,6 @@ def render(result: ExperimentResult) -> str:
                  + (f", {result.workers} worker processes)" if result.workers > 1 else ")")
                  + (f"; {errors} episode(s) ended on an error" if errors else ""))
     return "\n".join(lines)
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1 (else exit 2 with a usage line)."""
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def png_path(text: str) -> str:
-    """An argparse type: a ``.png`` file whose folder exists and is writable, checked before the run
-    (not after minutes of episodes)."""
-    import argparse
-    import os
-    import tempfile
-    from pathlib import Path
-
-    path = Path(text).expanduser()
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is a folder; give a file name such as {text.rstrip('/')}/heatmap.png")
-    if path.suffix.lower() != ".png":
-        raise argparse.ArgumentTypeError(f"{text!r} is not a .png file name")
-    folder = path.parent.resolve()
-    if not folder.is_dir():
-        raise argparse.ArgumentTypeError(f"folder {str(folder)!r} does not exist; create it first")
-    try:  # a real write (os.access trusts the mode bits, which root ignores and /proc does not)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".agentlab-plot-"):
-            pass
-    except OSError as exc:
-        raise argparse.ArgumentTypeError(f"cannot write {str(path)!r}: {exc.strerror or exc}")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise argparse.ArgumentTypeError(f"cannot write {str(path)!r}: permission denied")
-    return str(path)
-
-
-def add_arguments(parser) -> None:
-    """The ``chaos`` subcommand's options."""
-    parser.add_argument("--domain", default="billing", metavar="DOMAIN",
-                        help="the domain to run: billing (default), or package.module:NAME for your own")
-    parser.add_argument("--episodes", type=positive_int, default=10, help="episodes per fault and preset (default 10)")
-    parser.add_argument("--presets", nargs="+", choices=list(PRESETS), default=None, metavar="PRESET",
-                        help=f"presets to compare (default: all: {' '.join(PRESETS)})")
-    parser.add_argument("--faults", nargs="+", choices=list(FAULTS), default=None, metavar="FAULT",
-                        help=f"faults to inject (default: all: {' '.join(FAULTS)})")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--concurrency", type=positive_int, default=DEFAULT_CONCURRENCY,
-                        help=f"episodes in flight at once (default {DEFAULT_CONCURRENCY})")
-    parser.add_argument("--workers", type=positive_int, default=None,
-                        help="processes running the episodes (default: one per core, at most one per 250 episodes)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object with the summary and every row")
-    parser.add_argument("--plot", metavar="FILE.png", type=png_path,
-                        help="write the fault x preset heatmap to this PNG")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def main(args) -> int:

@@ -28,6 +28,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import platformdirs
 import psycopg
@@ -77,6 +78,25 @@ class ServerInfo:
 def with_dbname(url: str, dbname: str) -> str:
     """Return a conninfo string for the same server as ``url`` but database ``dbname``."""
     return make_conninfo(url, dbname=dbname)
+
+
+def safe_dsn(url: str) -> str:
+    """``url`` as the kit prints it, with the password as ``***``: a URL as it is, a key=value string
+    rebuilt from its parsed values. A value that does not parse is never echoed, not even in part (it
+    may be a password pasted in the wrong place): "(not shown: it does not parse)"."""
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.Error:
+        return "(not shown: it does not parse)"
+    password = params.get("password")
+    if re.match(r"postgres(ql)?://", url.strip()):
+        shown = redact(url.strip())
+        for form in {password, quote(password or "", safe="")} - {None, ""}:
+            shown = shown.replace(form, "***")  # a password the URL pattern missed (an unencoded space)
+        return shown
+    if password is not None:
+        params["password"] = "***"
+    return redact(make_conninfo(**params))
 
 
 def dbname_of(url: str) -> str:
@@ -146,7 +166,7 @@ def start_embedded() -> ServerInfo:
     ep = _embedded_module()
     cold = not (pgdata / "PG_VERSION").exists()
     last: Exception | None = None
-    with fasteners.InterProcessLock(str(pgdata.parent / ".agentlab-start.lock")):
+    with fasteners.InterProcessLock(str(pgdata.parent / START_LOCK)):
         cold = not (pgdata / "PG_VERSION").exists()
         for attempt in range(3):
             try:
@@ -196,18 +216,99 @@ def _system_user() -> str | None:
     return "embedded_postgres" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
 
 
-def stop_embedded() -> bool:
-    """Stop the embedded server if it runs. Returns True when a server was stopped."""
-    pgdata = data_dir()
-    if not (pgdata / "postmaster.pid").exists():
+START_LOCK = ".agentlab-start.lock"  # beside the data folder: serializes start, stop and reset
+START_WAIT_S = 300.0  # how long a stop or reset waits for a start in progress (a cold initdb takes seconds)
+
+
+@contextlib.contextmanager
+def _start_lock(pgdata: Path, wait_s: float):
+    """Hold the start lock; yields True when it had to wait for another process (a start in progress).
+
+    Raises:
+        DatabaseUnavailable: the lock was not free within ``wait_s`` seconds.
+    """
+    import fasteners
+
+    lock = fasteners.InterProcessLock(str(pgdata.parent / START_LOCK))
+    waited = not lock.acquire(blocking=False)
+    if waited and not lock.acquire(timeout=wait_s):
+        raise DatabaseUnavailable(f"another process has been starting the embedded server for {wait_s:.0f} s; "
+                                  "nothing was stopped or removed; try again when it is done")
+    try:
+        yield waited
+    finally:
+        lock.release()
+
+
+def _postmaster_pid(pgdata: Path) -> int | None:
+    """The pid of the server running on ``pgdata`` (from ``postmaster.pid``), or None when none runs."""
+    try:
+        pid = int((pgdata / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None  # a stale pid file
+    except PermissionError:
+        pass  # it runs, as another user
+    return pid
+
+
+def _stop_locked(pgdata: Path) -> bool:
+    if _postmaster_pid(pgdata) is None:
         return False
     ep = _embedded_module()
     try:
         ep.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=_system_user())
-    except Exception as exc:  # already stopped, stale pid file
-        log.info("pg_ctl stop: %s", exc)
-        return False
+    except Exception as exc:
+        if _postmaster_pid(pgdata) is None:  # it stopped after all (or was already stopping)
+            return True
+        raise DatabaseUnavailable(f"could not stop the embedded server in {pgdata}: {_one_line(exc)}") from exc
+    ep.PostgresServer._instances.pop(pgdata.resolve(), None)
     return True
+
+
+def stop_embedded(*, wait_s: float = START_WAIT_S) -> bool:
+    """Stop the embedded server if it runs, under the start lock (a start in progress is waited for,
+    up to ``wait_s`` seconds, so it is never cut off mid-``initdb``). Returns True when a server was
+    stopped, False when none was running.
+
+    Raises:
+        DatabaseUnavailable: a server runs and ``pg_ctl stop`` failed; or the lock did not come free.
+    """
+    pgdata = data_dir()
+    with _start_lock(pgdata, wait_s):
+        return _stop_locked(pgdata)
+
+
+def reset_embedded(*, wait_s: float = START_WAIT_S) -> str:
+    """Stop the embedded server and remove its data folder, under the same start lock as
+    :func:`start_embedded` (a start in progress is waited for first). Returns the sentence saying
+    what happened, e.g. "waited for the start in progress, then stopped the embedded server and
+    removed /.../pgdata".
+
+    Raises:
+        DatabaseUnavailable: the server could not be stopped (the folder is then left as it is), the
+            folder could not be removed, or the lock did not come free within ``wait_s`` seconds.
+    """
+    import shutil
+
+    pgdata = data_dir()
+    with _start_lock(pgdata, wait_s) as waited:
+        stopped = _stop_locked(pgdata)
+        existed = pgdata.exists()
+        if existed:
+            try:
+                shutil.rmtree(pgdata)
+            except OSError as exc:
+                raise DatabaseUnavailable(
+                    f"{'stopped the embedded server but ' if stopped else ''}could not remove {pgdata} "
+                    f"({exc.strerror or exc}); remove it by hand") from exc
+    parts = ["waited for the start in progress, then" if waited else "",
+             "stopped the embedded server and" if stopped else "no embedded server was running;",
+             f"removed {pgdata}" if existed else f"there was no data folder at {pgdata}"]
+    return " ".join(p for p in parts if p) + "; the next use starts a fresh one"
 
 
 # --------------------------------------------------------------------------- server selection
@@ -248,10 +349,11 @@ def _check_reachable(url: str) -> None:
         with psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True) as conn:
             conn.execute("SELECT 1")
     except psycopg.ProgrammingError as exc:  # not a conninfo string or URL at all
+        # psycopg's message quotes a piece of the value ('missing "=" after "..."'): neither is shown
         raise DatabaseUnavailable(
-            f"{where} is not a PostgreSQL connection string ({redact(url)}): {_one_line(exc)}; "
+            f"{where} is not a PostgreSQL connection string (its value is not shown: it may hold a password); "
             "it should look like postgresql://user:password@host:5432/postgres"
-        ) from exc
+        ) from None
     except psycopg.Error as exc:
         reason = _connect_reason(exc)
         if re.search(r"authentication failed|role .* does not exist|database .* does not exist|no password", reason):
@@ -260,7 +362,7 @@ def _check_reachable(url: str) -> None:
             fix = "start that server (`docker compose up -d`) or unset DATABASE_URL to use the embedded server"
         else:
             fix = "retry in a few seconds; if it keeps failing, `python -m agentlab db reset`"
-        raise DatabaseUnavailable(f"cannot connect to {where} ({redact(url)}): {reason}; {fix}") from exc
+        raise DatabaseUnavailable(f"cannot connect to {where} ({safe_dsn(url)}): {reason}; {fix}") from exc
 
 
 def _connect_reason(exc: BaseException) -> str:

@@ -317,6 +317,15 @@ class Harness:
                           model=None, graph=None) -> Episode:
         """Play ``scenario`` under ``safeguards`` with the scripted model, then drain the outbox.
 
+        ``durability`` is LangGraph's: ``"sync"`` writes each super-step's checkpoint before the next
+        step starts, ``"async"`` (default) while it runs, ``"exit"`` only when the run ends. ``exit``
+        is the fastest and gives up resuming: a process killed mid-run leaves no checkpoint at all,
+        though its committed batches stay committed, so the thread cannot be resumed
+        (:func:`agentlab.durable.history.resume_thread` says so) and a re-submitted prompt brings new
+        tool call ids the ledger cannot recognise. Natural keys then refuse a second credit memo,
+        refund or invoice; a call without one (``ApplyCredit``) can apply again (case C23). Choose
+        ``exit`` for runs whose crash you would answer by starting over on fresh data.
+
         Errors that escape the graph (for example an infrastructure error past the retries) are
         recorded in :attr:`Episode.error`, not raised: an experiment goes on.
 
