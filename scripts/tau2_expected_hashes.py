@@ -28,6 +28,7 @@ Run it from the repository root::
 
     python scripts/tau2_expected_hashes.py                      # writes data/retail/expected_hashes.json
     python scripts/tau2_expected_hashes.py --reference DIR --data DIR --out FILE
+    python scripts/tau2_expected_hashes.py --dump-states /tmp/tau2-states   # also each final state, to diff
 """
 
 from __future__ import annotations
@@ -199,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
                         help="folder holding db.json(.gz) and tasks.json(.gz) (default data/retail)")
     parser.add_argument("--out", type=Path, default=DEFAULT_DATA / "expected_hashes.json")
+    parser.add_argument("--dump-states", type=Path, metavar="DIR",
+                        help="also write each final state (floats rounded) to DIR/<task id>.json, to diff a port against")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
@@ -220,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
             raised[task["id"]] = errors
         if has_unrounded_float(state):
             unrounded.append(task["id"])
+        if args.dump_states:
+            args.dump_states.mkdir(parents=True, exist_ok=True)
+            (args.dump_states / f"{task['id']}.json").write_text(json.dumps(round_floats(state), sort_keys=True))
 
     out = {
         "source": SOURCE,
