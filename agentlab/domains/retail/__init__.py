@@ -7,8 +7,9 @@ task's golden actions through :mod:`.tools` ends in the state tau2's own code en
 ``scripts/tau2_expected_hashes.py`` from tau2's reference code).
 
 - :mod:`.load`: :func:`create_schema` / :func:`create_schema_sync` (``schema.sql``, schema
-  ``retail``), :func:`load` / :func:`load_sync` (COPY), :func:`read_db_json`, :func:`read_tasks`,
-  :func:`read_expected_hashes`.
+  ``retail``), ``load.load`` / :func:`load_sync` (COPY), :func:`read_db_json`, :func:`read_tasks`,
+  :func:`read_expected_hashes`. The async ``load`` is not re-exported here: the name would hide the
+  submodule ``load`` (``from agentlab.domains.retail.load import load``).
 - :mod:`.export`: :func:`export_state` / :func:`export_state_sync` (tau2's RetailDB JSON, money as
   floats) and :func:`canonical_hash`.
 - :mod:`.tools`: :data:`SPECS`, ``(name, args_model, handler, writes, description)`` per tool, and the
@@ -19,7 +20,6 @@ from agentlab.domains.retail.export import canonical_hash, export_state, export_
 from agentlab.domains.retail.load import (
     create_schema,
     create_schema_sync,
-    load,
     load_sync,
     read_db_json,
     read_expected_hashes,
@@ -30,6 +30,6 @@ from agentlab.domains.retail.tools import SPECS, WRITE_TOOLS, specs
 
 __all__ = [
     "SPECS", "WRITE_TOOLS", "canonical_hash", "create_schema", "create_schema_sync", "export_state",
-    "export_state_sync", "load", "load_sync", "read_db_json", "read_expected_hashes", "read_tasks",
+    "export_state_sync", "load_sync", "read_db_json", "read_expected_hashes", "read_tasks",
     "round_floats", "schema_sql", "specs",
 ]
