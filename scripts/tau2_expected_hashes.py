@@ -24,6 +24,10 @@ Two hashes per state:
   cents compares this one (tau2's floats carry values such as 17.98999999999998).
 - ``tau2_hashes``: tau2's own ``get_hash`` on the raw floats, for reference.
 
+Also: ``raised`` (task id -> the actions that raised, with tau2's error text), ``result_hashes``
+(task id -> per action the canonical hash of what the tool returned, ``null`` where it raised), the
+hash of the initial state and each tool's tau2 ``ToolType``.
+
 Run it from the repository root::
 
     python scripts/tau2_expected_hashes.py                      # writes data/retail/expected_hashes.json
@@ -179,18 +183,25 @@ def read_json(folder: Path, name: str) -> Any:
         return json.load(f)
 
 
-def replay(data_model, tools_mod, raw_db: dict, actions: list[dict]) -> tuple[dict, list[dict]]:
-    """A fresh RetailDB, the actions in order (exceptions swallowed), the final ``model_dump()``."""
+def replay(data_model, tools_mod, raw_db: dict, actions: list[dict]) -> tuple[dict, list[dict], list[str | None]]:
+    """A fresh RetailDB, the actions in order (exceptions swallowed).
+
+    Returns the final ``model_dump()``, the actions that raised, and per action the canonical hash of
+    what it returned (a returned model as its ``model_dump()``), ``None`` where it raised.
+    """
     db = data_model.RetailDB.model_validate(copy.deepcopy(raw_db))
     toolkit = tools_mod.RetailTools(db)
-    raised = []
+    raised, results = [], []
     for action in actions:
         try:
-            toolkit.use_tool(action["name"], **action["arguments"])
+            result = toolkit.use_tool(action["name"], **action["arguments"])
         except Exception as exc:  # noqa: BLE001 - tau2's evaluator swallows every exception
             raised.append({"action_id": action["action_id"], "name": action["name"],
                            "error": f"{type(exc).__name__}: {exc}"})
-    return toolkit.db.model_dump(), raised
+            results.append(None)
+        else:
+            results.append(canonical_hash(result.model_dump() if isinstance(result, BaseModel) else result))
+    return toolkit.db.model_dump(), raised, results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,11 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     tool_types = {name: getattr(fn, "__tool_type__").value for name, fn in sorted(toolkit.tools.items())}
     initial = toolkit.db.model_dump()
 
-    hashes, tau2_hashes, raised, unrounded = {}, {}, {}, []
+    hashes, tau2_hashes, raised, unrounded, result_hashes = {}, {}, {}, [], {}
     for task in tasks:
         actions = (task.get("evaluation_criteria") or {}).get("actions") or []
-        state, errors = replay(data_model, tools_mod, raw_db, actions)
+        state, errors, results = replay(data_model, tools_mod, raw_db, actions)
         hashes[task["id"]] = canonical_hash(state)
+        result_hashes[task["id"]] = results
         tau2_hashes[task["id"]] = raw_hash(state)
         if errors:
             raised[task["id"]] = errors
@@ -239,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         "raised": raised,
         "tasks_with_unrounded_floats": unrounded,
         "tau2_hashes": tau2_hashes,
+        "result_hashes": result_hashes,
     }
     args.out.write_text(json.dumps(out, indent=1, sort_keys=False) + "\n")
     n_raised = sum(len(v) for v in raised.values())
