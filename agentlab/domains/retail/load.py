@@ -5,7 +5,7 @@
 - :func:`create_schema` / :func:`create_schema_sync` run ``schema.sql`` (``CREATE SCHEMA retail``
   and its tables).
 - :func:`load` / :func:`load_sync` fill the (empty) tables from a ``db.json`` dict with one
-  ``COPY ... FROM STDIN`` per table: about 6,000 rows in well under a second. The async one is for
+  ``COPY ... FROM STDIN (FORMAT BINARY)`` per table: 7,493 rows in about 0.15 s. The async one is for
   a test's or a notebook's connection, the sync one for building a template database.
 
 :func:`table_rows` is the pure conversion (JSON -> rows per table), shared by both. Money becomes
@@ -148,12 +148,12 @@ def table_rows(db_json: dict) -> dict[str, list[tuple]]:
 
 # --------------------------------------------------------------------------- COPY
 
-# text[] columns get an explicit type so that COPY's text format writes them as arrays
+# binary COPY: every column gets its exact type (set_types)
 _ARRAY_COLUMNS = {"exchange_items", "exchange_new_items", "return_items", "tracking_ids", "item_ids"}
 
 
 def _copy_sql(table: str) -> str:
-    return f"COPY {SCHEMA}.{table} ({', '.join(COLUMNS[table])}) FROM STDIN"
+    return f"COPY {SCHEMA}.{table} ({', '.join(COLUMNS[table])}) FROM STDIN (FORMAT BINARY)"
 
 
 def _copy_types(table: str) -> list[str]:
