@@ -638,7 +638,7 @@ _TOOLS: tuple[tuple[str, type[BaseModel], Handler, bool], ...] = (
 SPECS: list[tuple[str, type[BaseModel], Handler, bool, str]] = [
     (name, model, handler, writes, _description(model)) for name, model, handler, writes in _TOOLS
 ]
-"""``(name, args_model, handler, writes, description)`` per tool, in tau2's alphabetical order."""
+"""``(name, args_model, handler, writes, description)`` per tool, in the order tau2's RetailTools defines them."""
 
 BY_NAME: dict[str, tuple[str, type[BaseModel], Handler, bool, str]] = {spec[0]: spec for spec in SPECS}
 WRITE_TOOLS = frozenset(name for name, _m, _h, writes, _d in SPECS if writes)
