@@ -19,7 +19,7 @@ the hash of ``db.model_dump()``.
 
 Two hashes per state:
 
-- ``hashes`` (canonical): every float rounded to 2 decimals, recursively, then
+- ``hashes`` (canonical): every float rounded to 2 decimals, recursively (a -0.0 made 0.0), then
   ``sha256(json.dumps(state, sort_keys=True, default=str))``. A port that keeps money in integer
   cents compares this one (tau2's floats carry values such as 17.98999999999998).
 - ``tau2_hashes``: tau2's own ``get_hash`` on the raw floats, for reference.
@@ -61,9 +61,9 @@ SOURCE = {"repo": "sierra-research/tau2-bench", "commit": "a2c0247", "domain": "
 # --------------------------------------------------------------------------- canonical hash
 
 def round_floats(value: Any) -> Any:
-    """``value`` with every float rounded to 2 decimals, recursively through dicts and lists."""
+    """``value`` with every float rounded to 2 decimals (-0.0 made 0.0), recursively through dicts and lists."""
     if isinstance(value, float):
-        return round(value, 2)
+        return round(value, 2) + 0.0  # + 0.0: -0.0 becomes 0.0
     if isinstance(value, dict):
         return {k: round_floats(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         "source": SOURCE,
         "generated_by": "scripts/tau2_expected_hashes.py",
         "canonical_hash": "sha256(json.dumps(state, sort_keys=True, default=str)) of db.model_dump() "
-                          "with every float rounded to 2 decimals, recursively",
+                          "with every float rounded to 2 decimals (and -0.0 made 0.0), recursively",
         "initial_hash": canonical_hash(initial),
         "initial_tau2_hash": raw_hash(initial),
         "tools": tool_types,

@@ -146,6 +146,7 @@ def test_canonical_hash_rounds_floats_only():
     assert canonical_hash({"a": [17.98999999999998]}) == canonical_hash({"a": [17.99]})
     assert canonical_hash({"a": 17.98}) != canonical_hash({"a": 17.99})
     assert round_floats({"x": (1.005, "1.005", 2, True, None)}) == {"x": [round(1.005, 2), "1.005", 2, True, None]}
+    assert canonical_hash({"a": round(-1e-15, 2)}) == canonical_hash({"a": 0.0})  # -0.0 is 0.0
 
 
 def test_load_refuses_money_it_could_not_give_back():
@@ -386,3 +387,22 @@ async def test_tool_results_are_json(shared):
         result = await tools.call(shared, name, args)
         json.dumps(result)
     assert json.loads(await tools.call(shared, "list_all_product_types", {}))["T-Shirt"] == "9523456873"
+
+
+@pytest.mark.parametrize("email, user_id", [
+    ("yusuf.rossi7301@example.com", "yusuf_rossi_9620"),
+    ("Yusuf.Rossi7301@Example.COM", "yusuf_rossi_9620"),
+])
+async def test_find_user_id_by_email_folds_case_as_python(shared, email, user_id):
+    assert await tools.call(shared, "find_user_id_by_email", {"email": email}) == user_id
+
+
+async def test_find_user_id_by_email_non_ascii_is_pythons_lower(shared):
+    # KELVIN SIGN lowers to an ASCII "k" in Python (tau2), not in PostgreSQL's C-locale lower()
+    cur = await shared.execute("SELECT user_id, email FROM retail.users WHERE email LIKE '%%k%%' ORDER BY position LIMIT 1")
+    user_id, email = await cur.fetchone()
+    kelvin = email.replace("k", "\u212a", 1)
+    assert kelvin.lower() == email and not kelvin.isascii()
+    assert await tools.call(shared, "find_user_id_by_email", {"email": kelvin}) == user_id
+    with pytest.raises(NotFound):
+        await tools.call(shared, "find_user_id_by_email", {"email": "yusuf.rossi7301@ex\u00e4mple.com"})

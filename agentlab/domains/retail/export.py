@@ -211,18 +211,19 @@ async def fetch_product(conn: psycopg.AsyncConnection, product_id: str) -> dict 
 
 def round_floats(value: Any) -> Any:
     """``value`` with every float rounded to 2 decimals, recursively through dicts and lists (and tuples,
-    which become lists, as JSON has them)."""
+    which become lists, as JSON has them). A -0.0 becomes 0.0: tau2's float sums can round to -0.0
+    (an exchange whose prices cancel out) where the port's cents give 0."""
     kind = type(value)
     if kind is dict:
         return {k: round_floats(v) for k, v in value.items()}
     if kind is str or kind is int or value is None or kind is bool:
         return value
     if kind is float:
-        return round(value, 2)
+        return round(value, 2) + 0.0  # + 0.0: -0.0 becomes 0.0
     if kind is list or kind is tuple:
         return [round_floats(v) for v in value]
     if isinstance(value, float):
-        return round(value, 2)
+        return round(value, 2) + 0.0  # + 0.0: -0.0 becomes 0.0
     if isinstance(value, dict):
         return {k: round_floats(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
