@@ -406,3 +406,13 @@ async def test_find_user_id_by_email_non_ascii_is_pythons_lower(shared):
     assert await tools.call(shared, "find_user_id_by_email", {"email": kelvin}) == user_id
     with pytest.raises(NotFound):
         await tools.call(shared, "find_user_id_by_email", {"email": "yusuf.rossi7301@ex\u00e4mple.com"})
+
+
+async def test_an_exchange_of_no_items_stores_tau2s_int_zero(shared):
+    # tau2 sums the differences from the int 0; with no items it stores 0, not 0.0 (its hash sees "0")
+    order_id = await scalar(shared, "SELECT order_id FROM retail.orders WHERE status = 'delivered' ORDER BY position")
+    pm = await scalar(shared, "SELECT ph.payment_method_id FROM retail.payment_history ph WHERE order_id = %s", (order_id,))
+    order = await tools.call(shared, "exchange_delivered_order_items", {
+        "order_id": order_id, "item_ids": [], "new_item_ids": [], "payment_method_id": pm})
+    assert order["status"] == "exchange requested" and order["exchange_items"] == []
+    assert type(order["exchange_price_difference"]) is int and order["exchange_price_difference"] == 0

@@ -127,7 +127,9 @@ def order_json(row: tuple, items: list[tuple], fulfillments: list[tuple], paymen
         "exchange_items": None if exchange_items is None else list(exchange_items),
         "exchange_new_items": None if exchange_new_items is None else list(exchange_new_items),
         "exchange_payment_method_id": exchange_pm,
-        "exchange_price_difference": money(exchange_diff_cents),
+        # tau2 sums the price differences from the int 0, so an exchange of no items stores the int 0
+        "exchange_price_difference": 0 if exchange_items == [] and exchange_diff_cents == 0
+        else money(exchange_diff_cents),
         "return_items": None if return_items is None else list(return_items),
         "return_payment_method_id": return_pm,
     }

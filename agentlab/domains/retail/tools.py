@@ -10,9 +10,10 @@ title is the tool's snake_case name) and an async handler
 - ``args`` is the validated arguments as a dict (``args_model.model_validate(raw).model_dump()``).
 - ``ctx`` is the caller's context; only ``ctx.reproduce_last_variant_bug`` is read, when present.
 - A refusal raises :class:`~agentlab.ToolError` (or :class:`~agentlab.NotFound`) with tau2's own
-  message as the model-facing hint; the caller rolls the call back, so a refused call has no effect
-  (tau2 mutates its Python objects in place, but none of its refusals in these tools comes after a
-  mutation that the data can reach: the payment methods it re-reads always exist here, by FK).
+  message as the model-facing hint (``calculate`` words a malformed expression its own way); the
+  caller rolls the call back, so a refused call has no effect (tau2 mutates its Python objects in
+  place, but none of its refusals in these tools comes after a mutation that the data can reach:
+  the payment methods it re-reads always exist here, by FK).
 - The return value mirrors tau2's: the ``Order`` / ``User`` / ``Product`` / ``Variant`` JSON of
   :mod:`.export` (money as floats), a user id, or a text.
 
@@ -33,9 +34,10 @@ tau2's last-variant bug
 In tau2's ``modify_pending_order_items`` the line that picks each item's new price and options uses
 ``variant``, the loop variable of the preceding check loop, so EVERY modified item gets the price and
 options of the LAST replacement variant in ``new_item_ids`` (its ``item_id`` is right; its
-``product_id`` and ``name`` stay). In tasks 20, 21, 36 and 37 nine items end with another product's
-price (sierra-research/tau2-bench#317, #318; fix proposed in #322). tau2's gold states come from
-the same code, so a port must reproduce the bug to match tau2's hashes:
+``product_id`` and ``name`` stay). Nine items end with another product's price and options: 3 in
+task 20, 1 in 21, 2 in 36, 2 in 37 and 1 in task 100 (action ``101_0``, two items of two products;
+sierra-research/tau2-bench#317, #318; fix proposed in #322). tau2's gold states come from the same
+code, so a port must reproduce the bug to match tau2's hashes:
 
 - :data:`reproduce_last_variant_bug` (module level, default ``True``): reproduce it, matching tau2;
 - ``False``: each item gets its own variant's price and options (the fix);
@@ -370,7 +372,9 @@ def calculate_expression(expression: str) -> str:
     try:
         value = _evaluate(ast.parse(expression, mode="eval").body)
         return str(round(float(value), 2))
-    except (SyntaxError, TypeError, ValueError, ArithmeticError):
+    except ArithmeticError as exc:  # "division by zero", as tau2 says it
+        raise ToolError(str(exc), Category.INVALID_ARGUMENTS) from None
+    except (SyntaxError, TypeError, ValueError):
         raise ToolError("Invalid expression: use numbers, + - * /, parentheses and spaces",
                         Category.INVALID_ARGUMENTS) from None
 
