@@ -12,6 +12,8 @@ task's golden actions through :mod:`.tools` ends in the state tau2's own code en
   submodule ``load`` (``from agentlab.domains.retail.load import load``).
 - :mod:`.export`: :func:`export_state` / :func:`export_state_sync` (tau2's RetailDB JSON, money as
   floats) and :func:`canonical_hash`.
+- :mod:`.domain`: :data:`DOMAIN` (the :class:`~agentlab.core.domain.Domain`: tools, migrations, seed,
+  the 114 tasks as scenarios, invariants, export), :data:`DOMAIN_FIXED` (the last-variant bug fixed).
 - :mod:`.tools`: :data:`SPECS`, ``(name, args_model, handler, writes, description)`` per tool, and the
   ``reproduce_last_variant_bug`` switch.
 """
@@ -27,8 +29,10 @@ from agentlab.domains.retail.load import (
     schema_sql,
 )
 from agentlab.domains.retail.tools import SPECS, WRITE_TOOLS, specs
+from agentlab.domains.retail.domain import DOMAIN, DOMAIN_FIXED, INVARIANTS, retail_domain, task_scenario
 
 __all__ = [
+    "DOMAIN", "DOMAIN_FIXED", "INVARIANTS", "retail_domain", "task_scenario",
     "SPECS", "WRITE_TOOLS", "canonical_hash", "create_schema", "create_schema_sync", "export_state",
     "export_state_sync", "load_sync", "read_db_json", "read_expected_hashes", "read_tasks",
     "round_floats", "schema_sql", "specs",

@@ -60,7 +60,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentlab import Category, NotFound, ToolError
+from agentlab.core.errors import Category, NotFound, ToolError
 from agentlab.domains.retail.export import fetch_order, fetch_product, fetch_user, money, variant_json
 
 reproduce_last_variant_bug: bool = True
