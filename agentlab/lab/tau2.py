@@ -39,6 +39,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import Field
 
 from agentlab.core.scenario import Scenario
 from agentlab.domains.retail.domain import DOMAIN, DOMAIN_FIXED
@@ -47,6 +48,7 @@ from agentlab.domains.retail.load import read_expected_hashes
 from agentlab.lab.faults import FAULTS as CATALOG
 from agentlab.lab.faults import TERMINATE, Fault
 from agentlab.lab.runner import Lab
+from agentlab.runtime.db import drop_database
 from agentlab.runtime.harness import Harness
 from agentlab.sim.model import PLAN_KEY, ScriptedChatModel
 
@@ -61,7 +63,7 @@ class Tau2Model(ScriptedChatModel):
     """The scripted model, with the tool call ids of tau2's golden actions: step ``s`` is sent as
     ``call_ids[s]``, a resend of it as ``<id>-2``, ``<id>-3``, ... (a new id per send, as an LLM's)."""
 
-    call_ids: list[str] = []
+    call_ids: list[str] = Field(default_factory=list)
 
     def _generate(self, messages, stop=None, run_manager=None, **kwargs: Any) -> ChatResult:
         result = super()._generate(messages, stop=stop, **kwargs)
@@ -95,7 +97,7 @@ class _WriteWatchingConnection:
     """A connection seen through: before each write statement on a ``retail.`` table, ``on_write(n, sql)``
     runs with the number of such statements the current call has sent before it."""
 
-    def __init__(self, conn, watcher: "_MidWrite"):
+    def __init__(self, conn, watcher: _MidWrite):
         self._conn, self._watcher = conn, watcher
 
     def __getattr__(self, name):
@@ -113,7 +115,7 @@ class _WriteWatchingConnection:
 
 
 class _WatchedCursor:
-    def __init__(self, cursor, watcher: "_MidWrite"):
+    def __init__(self, cursor, watcher: _MidWrite):
         self._cursor, self._watcher = cursor, watcher
 
     def __getattr__(self, name):
@@ -136,7 +138,7 @@ class _WatchedCursor:
 
 
 class _WatchingPool:
-    def __init__(self, pool, watcher: "_MidWrite"):
+    def __init__(self, pool, watcher: _MidWrite):
         self._pool, self._watcher = pool, watcher
 
     def __getattr__(self, name):
@@ -241,12 +243,11 @@ class OrderLockHolder(Fault):
         locked = asyncio.Event()
 
         async def hold() -> None:
-            async with run.pool.connection() as conn:
-                async with conn.transaction():
-                    await conn.execute("SELECT 1 FROM retail.orders WHERE order_id = %s FOR UPDATE", (order_id,))
-                    run.notes["locked_order"] = order_id
-                    locked.set()
-                    await asyncio.sleep(self.hold_s)
+            async with run.pool.connection() as conn, conn.transaction():
+                await conn.execute("SELECT 1 FROM retail.orders WHERE order_id = %s FOR UPDATE", (order_id,))
+                run.notes["locked_order"] = order_id
+                locked.set()
+                await asyncio.sleep(self.hold_s)
 
         task = asyncio.ensure_future(hold())
         run.background.append(task)
@@ -300,6 +301,7 @@ class TaskRun:
     notes: dict = field(default_factory=dict)
     messages: list = field(default_factory=list, repr=False)
     wall_s: float = 0.0
+    database: str | None = field(default=None, repr=False)
 
     @property
     def matches(self) -> bool:
@@ -312,13 +314,15 @@ class TaskRun:
 
 
 async def run_task(task_id: str, preset: str = "full", fault: str | Fault = "none", *, fixed: bool = False,
-                   expected: dict | None = None, keep_messages: bool = False) -> TaskRun:
+                   expected: dict | None = None, keep_messages: bool = False, drop: bool = True) -> TaskRun:
     """Replay task ``task_id``'s golden actions under ``preset`` and ``fault`` on a fresh database.
 
     Args:
         fixed: run the domain with tau2's last-variant bug fixed (:data:`DOMAIN_FIXED`).
         expected: ``expected_hashes.json`` as read (read once when None).
         keep_messages: keep the message history in the result (for a trace).
+        drop: drop the task's database at the end (else its conninfo is in ``TaskRun.database``, for the
+            caller to drop: :func:`run_tau2` drops it outside its concurrency gate).
 
     Raises:
         ValueError: an unknown task or fault.
@@ -332,15 +336,18 @@ async def run_task(task_id: str, preset: str = "full", fault: str | Fault = "non
     expected = read_expected_hashes() if expected is None else expected
     scenario = domain.scenarios[name]
     t0 = time.perf_counter()
-    async with await Harness.open(purpose="tau2", domain=domain, pool_max=2) as h:
+    async with await Harness.open(purpose="tau2", domain=domain, pool_max=2, keep=True) as h:
         async with Lab(h, pool_max=2, checkpointer_max=2) as lab:
             fr = await lab.run(fault, preset, scenario=scenario, model=model_for(scenario))
         async with h.pool.connection() as conn:
             state_hash = canonical_hash(await domain.export_state(conn, []))
+    if drop:
+        await asyncio.to_thread(drop_database, h.url)
     ep = fr.episode
     return TaskRun(str(task_id), fr.preset, fault.name, state_hash, expected["hashes"][str(task_id)],
                    [(v.kind, v.detail) for v in fr.violations], fr.crashed, ep.error, dict(fr.notes),
-                   list(ep.messages) if keep_messages else [], time.perf_counter() - t0)
+                   list(ep.messages) if keep_messages else [], time.perf_counter() - t0,
+                   None if drop else h.url)
 
 
 # --------------------------------------------------------------------------- the table
@@ -388,8 +395,9 @@ async def run_tau2(presets: Sequence[str] = ("full",), faults: Sequence[str] = (
     Raises:
         ValueError: an unknown preset, fault or task (before anything runs).
     """
-    from agentlab.core.safeguards import preset as get_preset
     from tqdm.auto import tqdm
+
+    from agentlab.core.safeguards import preset as get_preset
 
     for p in presets:
         get_preset(p)
@@ -411,9 +419,11 @@ async def run_tau2(presets: Sequence[str] = ("full",), faults: Sequence[str] = (
         p, f, t = job
         async with gate:
             try:
-                return await run_task(t, p, f, fixed=fixed, expected=expected)
+                run = await run_task(t, p, f, fixed=fixed, expected=expected, drop=False)
             finally:
                 bar.update(1)
+        await asyncio.to_thread(drop_database, run.database)  # outside the gate: the next task starts
+        return run
 
     try:
         runs = await asyncio.gather(*(one(j) for j in jobs))
@@ -436,18 +446,6 @@ def render(result: Tau2Result) -> str:
 
 # --------------------------------------------------------------------------- command line
 
-def add_arguments(parser) -> None:
-    """The options of ``python -m agentlab tau2``."""
-    parser.add_argument("--presets", nargs="+", default=["full"], metavar="PRESET",
-                        help="presets to run (default: full)")
-    parser.add_argument("--faults", nargs="+", default=["none"], metavar="FAULT",
-                        help=f"faults to inject (default: none); one of: {', '.join(FAULTS)}")
-    parser.add_argument("--tasks", nargs="+", default=None, metavar="TASK", help="task ids (default: all 114)")
-    parser.add_argument("--fixed", action="store_true", help="fix tau2's last-variant bug instead of reproducing it")
-    parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="tasks in flight (default: 4)")
-    parser.add_argument("--json", action="store_true", help="print JSON: the table and, per task, hash and violations")
-
-
 def main(args) -> int:
     """Run the command; 0 when it ran (whatever matched), 2 on a bad argument."""
     try:
@@ -460,4 +458,4 @@ def main(args) -> int:
     return 0
 
 
-__all__ = ["FAULTS", "MidWrite", "Tau2Model", "Tau2Result", "TaskRun", "get_fault", "render", "run_task", "run_tau2"]
+__all__ = ["FAULTS", "MidWrite", "TaskRun", "Tau2Model", "Tau2Result", "get_fault", "render", "run_task", "run_tau2"]

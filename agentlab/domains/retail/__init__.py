@@ -18,7 +18,19 @@ task's golden actions through :mod:`.tools` ends in the state tau2's own code en
   ``reproduce_last_variant_bug`` switch.
 """
 
-from agentlab.domains.retail.export import canonical_hash, export_state, export_state_sync, round_floats
+from agentlab.domains.retail.domain import (
+    DOMAIN,
+    DOMAIN_FIXED,
+    INVARIANTS,
+    retail_domain,
+    task_scenario,
+)
+from agentlab.domains.retail.export import (
+    canonical_hash,
+    export_state,
+    export_state_sync,
+    round_floats,
+)
 from agentlab.domains.retail.load import (
     create_schema,
     create_schema_sync,
@@ -29,11 +41,25 @@ from agentlab.domains.retail.load import (
     schema_sql,
 )
 from agentlab.domains.retail.tools import SPECS, WRITE_TOOLS, specs
-from agentlab.domains.retail.domain import DOMAIN, DOMAIN_FIXED, INVARIANTS, retail_domain, task_scenario
 
 __all__ = [
-    "DOMAIN", "DOMAIN_FIXED", "INVARIANTS", "retail_domain", "task_scenario",
-    "SPECS", "WRITE_TOOLS", "canonical_hash", "create_schema", "create_schema_sync", "export_state",
-    "export_state_sync", "load_sync", "read_db_json", "read_expected_hashes", "read_tasks",
-    "round_floats", "schema_sql", "specs",
+    "DOMAIN",
+    "DOMAIN_FIXED",
+    "INVARIANTS",
+    "SPECS",
+    "WRITE_TOOLS",
+    "canonical_hash",
+    "create_schema",
+    "create_schema_sync",
+    "export_state",
+    "export_state_sync",
+    "load_sync",
+    "read_db_json",
+    "read_expected_hashes",
+    "read_tasks",
+    "retail_domain",
+    "round_floats",
+    "schema_sql",
+    "specs",
+    "task_scenario",
 ]

@@ -21,7 +21,7 @@ from __future__ import annotations
 from agentlab.core.domain import Domain, Invariant, InvariantContext, Migration
 from agentlab.core.scenario import PlannedCall, Scenario
 from agentlab.core.schema import AGENT_ROLE
-from agentlab.core.toolspec import ToolSpec, Toolset
+from agentlab.core.toolspec import Toolset, ToolSpec
 from agentlab.domains.retail.export import export_state as _export_state
 from agentlab.domains.retail.load import load_sync, read_tasks, schema_sql
 from agentlab.domains.retail.tools import specs

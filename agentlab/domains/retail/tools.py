@@ -61,7 +61,13 @@ from psycopg.types.json import Jsonb
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentlab.core.errors import Category, NotFound, ToolError
-from agentlab.domains.retail.export import fetch_order, fetch_product, fetch_user, money, variant_json
+from agentlab.domains.retail.export import (
+    fetch_order,
+    fetch_product,
+    fetch_user,
+    money,
+    variant_json,
+)
 
 reproduce_last_variant_bug: bool = True
 """Reproduce tau2's last-variant bug in ``modify_pending_order_items`` (see the module docstring)."""
