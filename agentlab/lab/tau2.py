@@ -37,7 +37,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field
 
@@ -302,10 +302,26 @@ class TaskRun:
     messages: list = field(default_factory=list, repr=False)
     wall_s: float = 0.0
     database: str | None = field(default=None, repr=False)
+    state: dict | None = field(default=None, repr=False)
 
     @property
     def matches(self) -> bool:
         return self.state_hash == self.expected_hash
+
+    def trace(self, tools: Iterable[str] | None = None):
+        """The tool calls of the kept message history as a DataFrame: call id, tool, and the head of its
+        ToolMessage(s) (``-`` when none answered it); only ``tools`` when given."""
+        import pandas as pd
+
+        answers: dict[str, list[str]] = {}
+        for m in self.messages:
+            if isinstance(m, ToolMessage):
+                answers.setdefault(m.tool_call_id, []).append(" ".join(str(m.content).split())[:70])
+        wanted = set(tools) if tools is not None else None
+        rows = [{"call id": tc["id"], "tool": tc["name"], "answer": " | ".join(answers.get(tc["id"], ["-"]))}
+                for m in self.messages if isinstance(m, AIMessage) for tc in m.tool_calls
+                if wanted is None or tc["name"] in wanted]
+        return pd.DataFrame(rows, columns=["call id", "tool", "answer"])
 
     def as_dict(self) -> dict[str, Any]:
         return {"task": self.task_id, "preset": self.preset, "fault": self.fault, "hash": self.state_hash,
@@ -314,13 +330,15 @@ class TaskRun:
 
 
 async def run_task(task_id: str, preset: str = "full", fault: str | Fault = "none", *, fixed: bool = False,
-                   expected: dict | None = None, keep_messages: bool = False, drop: bool = True) -> TaskRun:
+                   expected: dict | None = None, keep_messages: bool = False, keep_state: bool = False,
+                   drop: bool = True) -> TaskRun:
     """Replay task ``task_id``'s golden actions under ``preset`` and ``fault`` on a fresh database.
 
     Args:
         fixed: run the domain with tau2's last-variant bug fixed (:data:`DOMAIN_FIXED`).
         expected: ``expected_hashes.json`` as read (read once when None).
-        keep_messages: keep the message history in the result (for a trace).
+        keep_messages: keep the message history in the result (for a trace: :meth:`TaskRun.trace`).
+        keep_state: keep the exported end state (tau2's ``RetailDB`` JSON) in ``TaskRun.state``.
         drop: drop the task's database at the end (else its conninfo is in ``TaskRun.database``, for the
             caller to drop: :func:`run_tau2` drops it outside its concurrency gate).
 
@@ -340,14 +358,15 @@ async def run_task(task_id: str, preset: str = "full", fault: str | Fault = "non
         async with Lab(h, pool_max=2, checkpointer_max=2) as lab:
             fr = await lab.run(fault, preset, scenario=scenario, model=model_for(scenario))
         async with h.pool.connection() as conn:
-            state_hash = canonical_hash(await domain.export_state(conn, []))
+            state = await domain.export_state(conn, [])
+            state_hash = canonical_hash(state)
     if drop:
         await asyncio.to_thread(drop_database, h.url)
     ep = fr.episode
     return TaskRun(str(task_id), fr.preset, fault.name, state_hash, expected["hashes"][str(task_id)],
                    [(v.kind, v.detail) for v in fr.violations], fr.crashed, ep.error, dict(fr.notes),
                    list(ep.messages) if keep_messages else [], time.perf_counter() - t0,
-                   None if drop else h.url)
+                   None if drop else h.url, state if keep_state else None)
 
 
 # --------------------------------------------------------------------------- the table
