@@ -6,7 +6,11 @@ The fast suite runs a sample; all 114 tasks: ``RETAIL_FULL=1 pytest tests/test_t
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
@@ -16,6 +20,7 @@ from agentlab.domains.retail import DOMAIN, DOMAIN_FIXED
 from agentlab.domains.retail.domain import LAST_VARIANT_BUG_TASKS
 from agentlab.lab.tau2 import render, run_task, run_tau2
 
+ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ["3", "30", "44"]  # modify items (credit card), cancel (gift card), modify items (gift card)
 
 
@@ -121,3 +126,27 @@ async def test_all_114_tasks_match_under_full_under_each_fault(fault):
     assert [r.task_id for r in result.runs if not r.matches] == []
     assert [r.task_id for r in result.runs if kinds(r) - {"item_matches_variant", "order_payments"}] == []
     assert {r.task_id for r in result.runs if r.violations} == set(LAST_VARIANT_BUG_TASKS)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "agentlab", "tau2", *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=600)
+
+
+def test_the_tau2_command_prints_json_with_each_tasks_hash_and_violations():
+    out = _cli("--tasks", "21", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["table"] == [{"preset": "full", "fault": "none", "matched": 1, "of": 1, "errors": 0,
+                                "violations": {"item_matches_variant": 1, "order_payments": 1}}]
+    (task,) = report["runs"]
+    assert task["task"] == "21" and task["matches"] and len(task["hash"]) == 64
+    assert [v["kind"] for v in task["violations"]] == ["order_payments", "item_matches_variant"]
+
+
+def test_the_tau2_command_refuses_an_unknown_fault_in_one_line():
+    out = _cli("--faults", "meteor", "--tasks", "3")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip() == ("error: unknown tau2 fault 'meteor'; choose one of: none, crash_mid_node, "
+                                  "backend_killed, crash_before_checkpoint, hallucinated_order_id, lock_timeout")
