@@ -65,6 +65,9 @@ _EXPORTS = {
     "domains.billing.tools": (
         "Cents", "CustomerId", "TOOLS", "charge_dedupe_key", "get_tool", "tool_schemas",
     ),
+    "domains.retail.domain": (
+        "retail_domain",
+    ),
     "durable.approval": (
         "APPROVAL", "ApprovalPolicy", "approval_requests", "interrupts_of", "pending_requests",
         "resume_command", "resume_days_later",
@@ -90,6 +93,9 @@ _EXPORTS = {
     ),
     "lab.batches": (
         "batch_frame", "customer_rows", "new_customer", "steps_frame", "tool_calls",
+    ),
+    "lab.tau2": (
+        "TaskRun", "Tau2Result", "run_task", "run_tau2",
     ),
     "lab.charts": (
         "experiment_heatmap", "heatmap",

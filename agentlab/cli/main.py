@@ -1,4 +1,4 @@
-"""Command line: ``python -m agentlab demo | chaos | bench | db ...``.
+"""Command line: ``python -m agentlab demo | chaos | tau2 | bench | db ...``.
 
 Exit codes: 0 success, 1 the run itself failed, 2 the database could not be reached or started
 (one line on stderr says what failed and how to fix it).
@@ -35,6 +35,12 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     from agentlab.lab.experiments import main as chaos_main
 
     return chaos_main(args)
+
+
+def _cmd_tau2(args: argparse.Namespace) -> int:
+    from agentlab.lab.tau2 import main as tau2_main
+
+    return tau2_main(args)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -113,6 +119,17 @@ def build_parser() -> argparse.ArgumentParser:
     chaos = sub.add_parser("chaos", help="run the failure lab: faults x presets -> invariant violations")
     add_arguments(chaos)
     chaos.set_defaults(func=_cmd_chaos)
+
+    tau2 = sub.add_parser("tau2", help="replay tau2-bench retail's 114 tasks through the node: hash matches, violations")
+    tau2.add_argument("--presets", nargs="+", default=["full"], metavar="PRESET", choices=list(PRESETS))
+    tau2.add_argument("--faults", nargs="+", default=["none"], metavar="FAULT",
+                      help="none, crash_mid_node, backend_killed, crash_before_checkpoint, hallucinated_order_id, "
+                      "lock_timeout (default: none)")
+    tau2.add_argument("--tasks", nargs="+", default=None, metavar="TASK", help="task ids (default: all 114)")
+    tau2.add_argument("--fixed", action="store_true", help="fix tau2's last-variant bug instead of reproducing it")
+    tau2.add_argument("--concurrency", type=int, default=4, help="tasks in flight, each on its own database")
+    tau2.add_argument("--json", action="store_true", help="print JSON: the table and, per task, hash and violations")
+    tau2.set_defaults(func=_cmd_tau2)
 
     from agentlab.bench.suite import add_arguments as bench_arguments
 

@@ -317,7 +317,7 @@ class Lab:
                     self._installed.add(fault.name)
 
     async def run(self, fault, safeguards: Safeguards | str = "full", *, scenario: Scenario | str | None = None,
-                  seed: int = 0, durability: str | None = None, check: bool = True) -> FaultRun:
+                  seed: int = 0, durability: str | None = None, check: bool = True, model=None) -> FaultRun:
         """Run one episode of ``scenario`` (default: one the fault fits, chosen by ``seed``) under
         ``safeguards`` with ``fault`` injected; drain its outbox; check the invariants.
 
@@ -328,10 +328,13 @@ class Lab:
             durability: LangGraph durability; default ``"sync"`` when the fault may resume the graph
                 from a checkpoint, else ``"exit"``.
             check: run the invariant checker (else ``violations`` is empty).
+            model: ``model(script, seed)`` builds the episode's chat model from the resolved script (default
+                :class:`agentlab.sim.model.ScriptedChatModel`); called again for the resumed process.
         """
         from agentlab.lab.faults import fault_scenarios, get_fault
 
         await self.start()
+        make_model = model or (lambda script, seed: ScriptedChatModel(script=script, seed=seed))
         fault = get_fault(fault) if isinstance(fault, str) else fault
         sg = fault.episode_safeguards(preset(safeguards) if isinstance(safeguards, str) else safeguards)
         await self.install(fault)
@@ -352,7 +355,7 @@ class Lab:
         run = EpisodeRun(h, process, fault, sg, sc, seed, thread_id, ids, node, worker, rng)
         ep = Episode(sc.name, sg.name, thread_id, seed, ids, sg.schema, sc.tenant_id)
         config = run_config(thread_id, tenant_id=sc.tenant_id)
-        process.register(thread_id, ScriptedChatModel(script=sc.script(ids), seed=seed), node)
+        process.register(thread_id, make_model(sc.script(ids), seed), node)
         active, state = process, None
         try:
             await fault.arm(run)
@@ -366,7 +369,7 @@ class Lab:
             if run.crashed:
                 await fault.before_restart(run)
                 active = await self.restart_process()
-                active.register(thread_id, ScriptedChatModel(script=sc.script(ids), seed=seed), active.node(sg))
+                active.register(thread_id, make_model(sc.script(ids), seed), active.node(sg))
                 try:
                     state = await active.graph(sg).ainvoke(None, config, durability=durability)
                 except Exception as exc:

@@ -1,0 +1,709 @@
+"""tau2-bench's 16 retail tools (7 write) on PostgreSQL, with tau2's semantics.
+
+Each tool is an argument model (pydantic, ``strict=True``, ``extra="forbid"``; field names are
+tau2's argument names, so a golden action's ``arguments`` validate as they are; the JSON schema's
+title is the tool's snake_case name) and an async handler
+``handler(conn, args, ctx) -> dict | list | str``:
+
+- ``conn`` is a ``psycopg.AsyncConnection`` already inside the caller's transaction or savepoint;
+  a handler never commits. Tables are schema-qualified (``retail.``), whatever the ``search_path``.
+- ``args`` is the validated arguments as a dict (``args_model.model_validate(raw).model_dump()``).
+- ``ctx`` is the caller's context; only ``ctx.reproduce_last_variant_bug`` is read, when present.
+- A refusal raises :class:`~agentlab.ToolError` (or :class:`~agentlab.NotFound`) with tau2's own
+  message as the model-facing hint (``calculate`` words a malformed expression its own way); the
+  caller rolls the call back, so a refused call has no effect (tau2 mutates its Python objects in
+  place, but none of its refusals in these tools comes after a mutation that the data can reach:
+  the payment methods it re-reads always exist here, by FK).
+- The return value mirrors tau2's: the ``Order`` / ``User`` / ``Product`` / ``Variant`` JSON of
+  :mod:`.export` (money as floats), a user id, or a text.
+
+Check-then-act: every write tool locks the rows it checks before it acts, in one order (the
+order row, then its items, then the variants it prices ``FOR SHARE``, then payment methods by id),
+so two concurrent calls on the same order serialize and the second one sees the first one's
+result: two concurrent identical cancels refund a gift card once, the second is refused. The order
+row is the lock for its items, fulfillments and payment history (every tool that changes them
+locks it first).
+
+Money is integer cents. Where tau2 compares floats (``diff_price > 0``, ``balance < diff_price``) the
+port compares exact cents; tau2's float sum in ``modify_pending_order_items`` is not rounded and can
+only differ from the cents within ~1e-12 of a boundary (a zero difference, or a difference equal to a
+gift card's balance), which no golden action reaches (114/114 tasks end in tau2's state).
+
+tau2's last-variant bug
+-----------------------
+In tau2's ``modify_pending_order_items`` the line that picks each item's new price and options uses
+``variant``, the loop variable of the preceding check loop, so EVERY modified item gets the price and
+options of the LAST replacement variant in ``new_item_ids`` (its ``item_id`` is right; its
+``product_id`` and ``name`` stay). Nine items end with another product's price and options: 3 in
+task 20, 1 in 21, 2 in 36, 2 in 37 and 1 in task 100 (action ``101_0``, two items of two products;
+sierra-research/tau2-bench#317, #318; fix proposed in #322). tau2's gold states come from the same
+code, so a port must reproduce the bug to match tau2's hashes:
+
+- :data:`reproduce_last_variant_bug` (module level, default ``True``): reproduce it, matching tau2;
+- ``False``: each item gets its own variant's price and options (the fix);
+- a per-call override: ``ctx.reproduce_last_variant_bug`` when ``ctx`` has it and it is not None,
+  or the SPECS of :func:`specs` built with a fixed setting.
+
+The payment (or refund) recorded is the same either way: tau2 sums each pair's own prices.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import operator
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentlab.core.errors import Category, NotFound, ToolError
+from agentlab.domains.retail.export import (
+    fetch_order,
+    fetch_product,
+    fetch_user,
+    money,
+    variant_json,
+)
+
+reproduce_last_variant_bug: bool = True
+"""Reproduce tau2's last-variant bug in ``modify_pending_order_items`` (see the module docstring)."""
+
+CANCEL_REASONS = ("no longer needed", "ordered by mistake")
+
+Handler = Callable[[psycopg.AsyncConnection, dict, Any], Awaitable["dict | list | str"]]
+
+
+# --------------------------------------------------------------------------- argument models
+
+def _config(tool_name: str) -> ConfigDict:
+    return ConfigDict(strict=True, extra="forbid", title=tool_name)
+
+
+OrderId = Field(description="The order id, such as '#W0000000'; it starts with a '#'.")
+UserId = Field(description="The user id, such as 'sara_doe_496'.")
+ProductId = Field(description="The product id, such as '6086499569'; not the same thing as an item id.")
+ItemId = Field(description="The item id, such as '6086499569'; not the same thing as a product id.")
+PaymentMethodId = Field(description=(
+    "The payment method id, such as 'gift_card_0000000' or 'credit_card_0000000', as shown in the "
+    "user's or the order's details; it pays or receives the price difference."))
+Address1 = Field(description="The first line of the address, such as '123 Main St'.")
+Address2 = Field(description="The second line of the address, such as 'Apt 1', or ''.")
+City = Field(description="The city, such as 'San Francisco'.")
+State = Field(description="The state, such as 'CA'.")
+Country = Field(description="The country, such as 'USA'.")
+Zip = Field(description="The zip code, such as '12345'.")
+
+
+class Calculate(BaseModel):
+    """Calculate the result of an arithmetic expression of numbers, + - * /, parentheses and spaces; the
+    result is rounded to 2 decimals."""
+
+    model_config = _config("calculate")
+    expression: str = Field(description="The expression to calculate, such as '2 + 2'.")
+
+
+class CancelPendingOrder(BaseModel):
+    """Cancel a pending order; a processed or delivered order cannot be cancelled. Explain the
+    cancellation to the user and get an explicit yes before calling. The order becomes 'cancelled' and
+    every payment is refunded: at once to a gift card, in 5-7 business days to other methods. Returns
+    the order after the cancellation."""
+
+    model_config = _config("cancel_pending_order")
+    order_id: str = OrderId
+    reason: str = Field(description="Why: either 'no longer needed' or 'ordered by mistake'.")
+
+
+class ExchangeDeliveredOrderItems(BaseModel):
+    """Exchange items of a delivered order for other items of the same product. A delivered order can
+    be returned or exchanged once only. Explain the exchange to the user and get an explicit yes before
+    calling. Returns the order after the exchange request."""
+
+    model_config = _config("exchange_delivered_order_items")
+    order_id: str = OrderId
+    item_ids: list[str] = Field(description=(
+        "The item ids to exchange, each such as '1008292230'; an id may appear more than once."))
+    new_item_ids: list[str] = Field(description=(
+        "The item ids to exchange them for, each such as '1008292230', one per item id in the same "
+        "position and of the same product; an id may appear more than once."))
+    payment_method_id: str = PaymentMethodId
+
+
+class FindUserIdByNameZip(BaseModel):
+    """Find a user id from first name, last name and zip code. Look users up by e-mail first; use this
+    only when the user is not found by e-mail or does not remember it. Returns the user id."""
+
+    model_config = _config("find_user_id_by_name_zip")
+    first_name: str = Field(description="The customer's first name, such as 'John'.")
+    last_name: str = Field(description="The customer's last name, such as 'Doe'.")
+    zip: str = Zip
+
+
+class FindUserIdByEmail(BaseModel):
+    """Find a user id from an e-mail address. Returns the user id."""
+
+    model_config = _config("find_user_id_by_email")
+    email: str = Field(description="The user's e-mail, such as 'something@example.com'.")
+
+
+class GetOrderDetails(BaseModel):
+    """Get the status and details of an order."""
+
+    model_config = _config("get_order_details")
+    order_id: str = OrderId
+
+
+class GetProductDetails(BaseModel):
+    """Get the inventory details of a product: its variants (items) with options, availability, price."""
+
+    model_config = _config("get_product_details")
+    product_id: str = ProductId
+
+
+class GetItemDetails(BaseModel):
+    """Get the inventory details of one item: its options, availability and price."""
+
+    model_config = _config("get_item_details")
+    item_id: str = ItemId
+
+
+class GetUserDetails(BaseModel):
+    """Get the details of a user: name, address, e-mail, payment methods and orders."""
+
+    model_config = _config("get_user_details")
+    user_id: str = UserId
+
+
+class ListAllProductTypes(BaseModel):
+    """List the name and product id of every product type (50 in the store; each has several items with
+    their own item ids and options). Returns a JSON object of product names to product ids, by name."""
+
+    model_config = _config("list_all_product_types")
+
+
+class ModifyPendingOrderAddress(BaseModel):
+    """Change the shipping address of a pending order. Explain the change to the user and get an
+    explicit yes before calling. Returns the order after the change."""
+
+    model_config = _config("modify_pending_order_address")
+    order_id: str = OrderId
+    address1: str = Address1
+    address2: str = Address2
+    city: str = City
+    state: str = State
+    country: str = Country
+    zip: str = Zip
+
+
+class ModifyPendingOrderItems(BaseModel):
+    """Change items of a pending order to other items of the same product. This can be done once per
+    pending order. Explain the change to the user and get an explicit yes before calling. Returns the
+    order after the change."""
+
+    model_config = _config("modify_pending_order_items")
+    order_id: str = OrderId
+    item_ids: list[str] = Field(description=(
+        "The item ids to change, each such as '1008292230'; an id may appear more than once."))
+    new_item_ids: list[str] = Field(description=(
+        "The item ids to change them to, each such as '1008292230', one per item id in the same "
+        "position, of the same product and different from it; an id may appear more than once."))
+    payment_method_id: str = PaymentMethodId
+
+
+class ModifyPendingOrderPayment(BaseModel):
+    """Change the payment method of a pending order. Explain the change to the user and get an explicit
+    yes before calling. Returns the order after the change."""
+
+    model_config = _config("modify_pending_order_payment")
+    order_id: str = OrderId
+    payment_method_id: str = Field(description=(
+        "The new payment method id, such as 'gift_card_0000000' or 'credit_card_0000000', as shown in "
+        "the user's details."))
+
+
+class ModifyUserAddress(BaseModel):
+    """Change a user's default address. Explain the change to the user and get an explicit yes before
+    calling. Returns the user after the change."""
+
+    model_config = _config("modify_user_address")
+    user_id: str = UserId
+    address1: str = Address1
+    address2: str = Address2
+    city: str = City
+    state: str = State
+    country: str = Country
+    zip: str = Zip
+
+
+class ReturnDeliveredOrderItems(BaseModel):
+    """Return items of a delivered order; the order becomes 'return requested' and the user gets an
+    e-mail on how and where to send the items. Explain the return to the user and get an explicit yes
+    before calling. Returns the order after the return request."""
+
+    model_config = _config("return_delivered_order_items")
+    order_id: str = OrderId
+    item_ids: list[str] = Field(description=(
+        "The item ids to return, each such as '1008292230'; an id may appear more than once."))
+    payment_method_id: str = Field(description=(
+        "Where the refund goes: the order's original payment method or a gift card of the user, such as "
+        "'gift_card_0000000' or 'credit_card_0000000'."))
+
+
+class TransferToHumanAgents(BaseModel):
+    """Transfer the user to a human agent with a summary of the issue. Transfer only when the user
+    asks for a human agent explicitly, or when the policy and the tools cannot solve the issue."""
+
+    model_config = _config("transfer_to_human_agents")
+    summary: str = Field(description="A summary of the user's issue.")
+
+
+# --------------------------------------------------------------------------- SQL
+
+ORDER_FOR_UPDATE = "SELECT user_id, status FROM retail.orders WHERE order_id = %s FOR UPDATE"
+ORDER_ITEMS_FOR_UPDATE = ("SELECT position, item_id, product_id, price_cents, options FROM retail.order_items "
+                          "WHERE order_id = %s ORDER BY position FOR UPDATE")
+ORDER_ITEM_IDS = "SELECT item_id, product_id, price_cents FROM retail.order_items WHERE order_id = %s ORDER BY position"
+PAYMENTS = ("SELECT seq, transaction_type, amount_cents, payment_method_id FROM retail.payment_history "
+            "WHERE order_id = %s ORDER BY seq")
+INSERT_PAYMENT = ("INSERT INTO retail.payment_history (order_id, seq, user_id, transaction_type, amount_cents, "
+                  "payment_method_id) VALUES (%s, %s, %s, %s, %s, %s)")
+VARIANT_FOR_SHARE = ("SELECT available, price_cents, options FROM retail.variants "
+                     "WHERE product_id = %s AND item_id = %s FOR SHARE")
+PRODUCT_EXISTS = "SELECT 1 FROM retail.products WHERE product_id = %s"
+PAYMENT_METHOD = ("SELECT source, balance_cents FROM retail.payment_methods "
+                  "WHERE user_id = %s AND payment_method_id = %s")
+PAYMENT_METHODS_FOR_UPDATE = ("SELECT payment_method_id, source, balance_cents FROM retail.payment_methods "
+                              "WHERE user_id = %s AND payment_method_id = ANY(%s) "
+                              "ORDER BY payment_method_id FOR UPDATE")
+ADD_TO_BALANCE = ("UPDATE retail.payment_methods SET balance_cents = balance_cents + %s "
+                  "WHERE payment_method_id = %s AND source = 'gift_card'")
+SET_ORDER_ADDRESS = ("UPDATE retail.orders SET address1 = %s, address2 = %s, city = %s, state = %s, country = %s, "
+                     "zip = %s WHERE order_id = %s")
+SET_USER_ADDRESS = ("UPDATE retail.users SET address1 = %s, address2 = %s, city = %s, state = %s, country = %s, "
+                    "zip = %s WHERE user_id = %s")
+
+
+async def _one(conn: psycopg.AsyncConnection, query: str, params: tuple) -> tuple | None:
+    cur = await conn.execute(query, params)
+    return await cur.fetchone()
+
+
+async def _all(conn: psycopg.AsyncConnection, query: str, params: tuple) -> list[tuple]:
+    cur = await conn.execute(query, params)
+    return await cur.fetchall()
+
+
+async def _lock_order(conn, order_id: str) -> tuple[str, str]:
+    """``(user_id, status)`` of the order, its row locked ``FOR UPDATE``; NotFound when it does not exist."""
+    row = await _one(conn, ORDER_FOR_UPDATE, (order_id,))
+    if row is None:
+        raise NotFound("Order not found")
+    return row
+
+
+async def _lock_payment_methods(conn, user_id: str, ids) -> dict[str, tuple[str, int | None]]:
+    """The user's payment methods among ``ids``, locked ``FOR UPDATE`` in id order: id -> (source, balance)."""
+    rows = await _all(conn, PAYMENT_METHODS_FOR_UPDATE, (user_id, sorted(set(ids))))
+    return {pm_id: (source, balance) for pm_id, source, balance in rows}
+
+
+async def _payment_method(conn, user_id: str, pm_id: str, *, lock: bool) -> tuple[str, int | None]:
+    """``(source, balance_cents)`` of the user's payment method; NotFound when the user has no such method."""
+    if lock:
+        found = (await _lock_payment_methods(conn, user_id, [pm_id])).get(pm_id)
+    else:
+        found = await _one(conn, PAYMENT_METHOD, (user_id, pm_id))
+    if found is None:
+        raise NotFound("Payment method not found")
+    return tuple(found)
+
+
+async def _variant(conn, product_id: str, item_id: str) -> tuple[bool, int, dict]:
+    """``(available, price_cents, options)`` of the product's variant, ``FOR SHARE``; tau2's _get_variant."""
+    row = await _one(conn, VARIANT_FOR_SHARE, (product_id, item_id))
+    if row is None:
+        if await _one(conn, PRODUCT_EXISTS, (product_id,)) is None:
+            raise NotFound("Product not found")
+        raise NotFound("Variant not found")
+    return row
+
+
+def _count_check(item_ids: list[str], order_item_ids: list[str], message: Callable[[str], str]) -> None:
+    """tau2's check that each id is asked for at most as many times as the order holds it."""
+    for item_id in item_ids:
+        if item_ids.count(item_id) > order_item_ids.count(item_id):
+            raise NotFound(message(item_id))
+
+
+async def _append_payments(conn, order_id: str, user_id: str, entries: list[tuple[str, int, str]]) -> None:
+    """Append ``(transaction_type, amount_cents, payment_method_id)`` rows to the order's payment history."""
+    rows = await _all(conn, "SELECT coalesce(max(seq), -1) + 1 FROM retail.payment_history WHERE order_id = %s",
+                      (order_id,))
+    seq = rows[0][0]
+    async with conn.cursor() as cur:
+        await cur.executemany(INSERT_PAYMENT, [(order_id, seq + i, user_id, kind, amount, pm)
+                                               for i, (kind, amount, pm) in enumerate(entries)])
+
+
+# --------------------------------------------------------------------------- calculate
+
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow}
+_UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+MAX_POWER_BITS = 100_000  # refuse ints such as 9**9**9 that tau2's eval would spend minutes on
+
+
+def _evaluate(node: ast.AST) -> Any:
+    """The value Python's ``eval`` gives an arithmetic expression tree, without ``eval``."""
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _UNARY[type(node.op)](_evaluate(node.operand))
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _evaluate(node.left), _evaluate(node.right)
+        if isinstance(node.op, ast.Pow) and isinstance(left, int) and isinstance(right, int) \
+                and abs(left) > 1 and right * math.log2(abs(left)) > MAX_POWER_BITS:
+            raise OverflowError("result too large")
+        return _BINARY[type(node.op)](left, right)
+    raise TypeError("not an arithmetic expression")
+
+
+def calculate_expression(expression: str) -> str:
+    """tau2's ``calculate``: the characters it allows, Python's arithmetic, ``str(round(float(x), 2))``."""
+    if not all(char in "0123456789+-*/(). " for char in expression):
+        raise ToolError("Invalid characters in expression", Category.INVALID_ARGUMENTS)
+    try:
+        value = _evaluate(ast.parse(expression, mode="eval").body)
+        return str(round(float(value), 2))
+    except ArithmeticError as exc:  # "division by zero", as tau2 says it
+        raise ToolError(str(exc), Category.INVALID_ARGUMENTS) from None
+    except (SyntaxError, TypeError, ValueError):
+        raise ToolError("Invalid expression: use numbers, + - * /, parentheses and spaces",
+                        Category.INVALID_ARGUMENTS) from None
+
+
+# --------------------------------------------------------------------------- handlers: read and generic
+
+async def calculate(conn, args, ctx) -> str:
+    return calculate_expression(args["expression"])
+
+
+async def find_user_id_by_name_zip(conn, args, ctx) -> str:
+    # tau2 compares with Python's str.lower(), first match in the users' order: filter by zip in SQL,
+    # compare names in Python, so the case folding is exactly tau2's
+    first, last = args["first_name"].lower(), args["last_name"].lower()
+    rows = await _all(conn, "SELECT user_id, first_name, last_name FROM retail.users WHERE zip = %s "
+                            "ORDER BY position", (args["zip"],))
+    for user_id, first_name, last_name in rows:
+        if first_name.lower() == first and last_name.lower() == last:
+            return user_id
+    raise NotFound("User not found")
+
+
+async def find_user_id_by_email(conn, args, ctx) -> str:
+    # tau2: the first user whose email.lower() equals the argument's .lower(). For an ASCII argument the
+    # index on lower(email) finds the same user (PostgreSQL's lower() and Python's agree on ASCII, and
+    # only an ASCII e-mail lowers to an ASCII text, the Kelvin sign aside); any other argument is compared
+    # with Python's str.lower(), as tau2 does
+    email = args["email"]
+    if email.isascii():
+        row = await _one(conn, "SELECT user_id FROM retail.users WHERE lower(email) = lower(%s) "
+                               "ORDER BY position LIMIT 1", (email,))
+        if row is not None:
+            return row[0]
+    else:
+        wanted = email.lower()
+        for user_id, stored in await _all(conn, "SELECT user_id, email FROM retail.users ORDER BY position", ()):
+            if stored.lower() == wanted:
+                return user_id
+    raise NotFound("User not found")
+
+
+async def get_order_details(conn, args, ctx) -> dict:
+    order = await fetch_order(conn, args["order_id"])
+    if order is None:
+        raise NotFound("Order not found")
+    return order
+
+
+async def get_product_details(conn, args, ctx) -> dict:
+    product = await fetch_product(conn, args["product_id"])
+    if product is None:
+        raise NotFound("Product not found")
+    return product
+
+
+async def get_item_details(conn, args, ctx) -> dict:
+    row = await _one(conn, "SELECT item_id, options, available, price_cents FROM retail.variants "
+                           "WHERE item_id = %s", (args["item_id"],))
+    if row is None:
+        raise NotFound("Item not found")
+    return variant_json(*row)
+
+
+async def get_user_details(conn, args, ctx) -> dict:
+    user = await fetch_user(conn, args["user_id"])
+    if user is None:
+        raise NotFound("User not found")
+    return user
+
+
+async def list_all_product_types(conn, args, ctx) -> str:
+    rows = await _all(conn, "SELECT name, product_id FROM retail.products ORDER BY position", ())
+    return json.dumps({name: product_id for name, product_id in rows}, sort_keys=True)
+
+
+async def transfer_to_human_agents(conn, args, ctx) -> str:
+    return "Transfer successful"
+
+
+# --------------------------------------------------------------------------- handlers: write
+
+async def cancel_pending_order(conn, args, ctx) -> dict:
+    order_id, reason = args["order_id"], args["reason"]
+    user_id, status = await _lock_order(conn, order_id)
+    if status != "pending":
+        raise ToolError("Non-pending order cannot be cancelled", Category.BUSINESS_RULE)
+    if reason not in CANCEL_REASONS:
+        raise ToolError("Invalid reason", Category.INVALID_ARGUMENTS)
+    payments = await _all(conn, PAYMENTS, (order_id,))
+    methods = await _lock_payment_methods(conn, user_id, [p[3] for p in payments])
+    # tau2 refunds every entry of the history (a refund entry too) and credits gift cards at once
+    refunds, credit = [], {}
+    for _seq, _kind, amount, pm_id in payments:
+        if pm_id not in methods:
+            raise NotFound("Payment method not found")
+        refunds.append(("refund", amount, pm_id))
+        if methods[pm_id][0] == "gift_card":
+            credit[pm_id] = credit.get(pm_id, 0) + amount
+    for pm_id in sorted(credit):
+        await conn.execute(ADD_TO_BALANCE, (credit[pm_id], pm_id))
+    await conn.execute("UPDATE retail.orders SET status = 'cancelled', cancel_reason = %s WHERE order_id = %s",
+                       (reason, order_id))
+    await _append_payments(conn, order_id, user_id, refunds)
+    return await fetch_order(conn, order_id)
+
+
+async def exchange_delivered_order_items(conn, args, ctx) -> dict:
+    order_id, item_ids, new_item_ids = args["order_id"], list(args["item_ids"]), list(args["new_item_ids"])
+    pm_id = args["payment_method_id"]
+    user_id, status = await _lock_order(conn, order_id)
+    if status != "delivered":
+        raise ToolError("Non-delivered order cannot be exchanged", Category.BUSINESS_RULE)
+    items = await _all(conn, ORDER_ITEM_IDS, (order_id,))
+    _count_check(item_ids, [i[0] for i in items], lambda item_id: f"Number of {item_id} not found.")
+    if len(item_ids) != len(new_item_ids):
+        raise ToolError("The number of items to be exchanged should match.", Category.INVALID_ARGUMENTS)
+    diff = 0
+    for item_id, new_item_id in zip(item_ids, new_item_ids):
+        item = next((i for i in items if i[0] == item_id), None)
+        if item is None:
+            raise NotFound(f"Item {item_id} not found")
+        available, new_price, _options = await _variant(conn, item[1], new_item_id)
+        if not available:
+            raise ToolError(f"New item {new_item_id} not found or available", Category.BUSINESS_RULE)
+        diff += new_price - item[2]
+    source, balance = await _payment_method(conn, user_id, pm_id, lock=True)
+    if source == "gift_card" and balance < diff:
+        raise ToolError("Insufficient gift card balance to pay for the price difference", Category.BUSINESS_RULE)
+    await conn.execute(
+        "UPDATE retail.orders SET status = 'exchange requested', exchange_items = %s, exchange_new_items = %s, "
+        "exchange_payment_method_id = %s, exchange_price_difference_cents = %s WHERE order_id = %s",
+        (sorted(item_ids), sorted(new_item_ids), pm_id, diff, order_id))
+    return await fetch_order(conn, order_id)
+
+
+async def modify_pending_order_address(conn, args, ctx) -> dict:
+    order_id = args["order_id"]
+    _user_id, status = await _lock_order(conn, order_id)
+    if "pending" not in status:  # tau2's _is_pending_order: 'pending (item modified)' too
+        raise ToolError("Non-pending order cannot be modified", Category.BUSINESS_RULE)
+    await conn.execute(SET_ORDER_ADDRESS, (args["address1"], args["address2"], args["city"], args["state"],
+                                           args["country"], args["zip"], order_id))
+    return await fetch_order(conn, order_id)
+
+
+def _last_variant_bug(ctx) -> bool:
+    value = getattr(ctx, "reproduce_last_variant_bug", None)
+    return reproduce_last_variant_bug if value is None else bool(value)
+
+
+async def modify_pending_order_items(conn, args, ctx) -> dict:
+    order_id, item_ids, new_item_ids = args["order_id"], list(args["item_ids"]), list(args["new_item_ids"])
+    pm_id = args["payment_method_id"]
+    user_id, status = await _lock_order(conn, order_id)
+    if status != "pending":
+        raise ToolError("Non-pending order cannot be modified", Category.BUSINESS_RULE)
+    # the order's items as tau2 holds them: [position, item_id, product_id, price_cents, options]
+    items = [list(row) for row in await _all(conn, ORDER_ITEMS_FOR_UPDATE, (order_id,))]
+    _count_check(item_ids, [i[1] for i in items], lambda item_id: f"{item_id} not found")
+    if len(item_ids) != len(new_item_ids):
+        raise ToolError("The number of items to be exchanged should match", Category.INVALID_ARGUMENTS)
+    diff, variants = 0, []
+    for item_id, new_item_id in zip(item_ids, new_item_ids):
+        if item_id == new_item_id:
+            raise ToolError("The new item id should be different from the old item id", Category.INVALID_ARGUMENTS)
+        item = next((i for i in items if i[1] == item_id), None)
+        if item is None:
+            raise NotFound(f"Item {item_id} not found")
+        available, new_price, options = await _variant(conn, item[2], new_item_id)
+        if not available:
+            raise ToolError(f"New item {new_item_id} not found or available", Category.BUSINESS_RULE)
+        diff += new_price - item[3]
+        variants.append((new_price, options))
+    source, balance = await _payment_method(conn, user_id, pm_id, lock=True)
+    if source == "gift_card" and balance < diff:
+        raise ToolError("Insufficient gift card balance to pay for the new item", Category.BUSINESS_RULE)
+    await _append_payments(conn, order_id, user_id, [("payment" if diff > 0 else "refund", abs(diff), pm_id)])
+    if source == "gift_card":
+        await conn.execute(ADD_TO_BALANCE, (-diff, pm_id))
+    bug = _last_variant_bug(ctx)
+    changed: dict[int, list] = {}
+    for (item_id, new_item_id), own in zip(zip(item_ids, new_item_ids), variants):
+        # tau2 looks each old id up again among the items as they are now (an item changed by an
+        # earlier pair no longer carries its old id), and assigns the price and options of `variant`
+        item = next(i for i in items if i[1] == item_id)
+        price, options = variants[-1] if bug else own
+        item[1], item[3], item[4] = new_item_id, price, options
+        changed[item[0]] = item
+    async with conn.cursor() as cur:
+        await cur.executemany(
+            "UPDATE retail.order_items SET item_id = %s, price_cents = %s, options = %s "
+            "WHERE order_id = %s AND position = %s",
+            [(i[1], i[3], Jsonb(i[4]), order_id, i[0]) for i in changed.values()])
+    await conn.execute("UPDATE retail.orders SET status = 'pending (item modified)' WHERE order_id = %s", (order_id,))
+    return await fetch_order(conn, order_id)
+
+
+async def modify_pending_order_payment(conn, args, ctx) -> dict:
+    order_id, pm_id = args["order_id"], args["payment_method_id"]
+    user_id, status = await _lock_order(conn, order_id)
+    if "pending" not in status:
+        raise ToolError("Non-pending order cannot be modified", Category.BUSINESS_RULE)
+    await _payment_method(conn, user_id, pm_id, lock=False)  # NotFound first, as tau2
+    payments = await _all(conn, PAYMENTS, (order_id,))
+    if len(payments) != 1 or payments[0][1] != "payment":
+        raise ToolError("There should be exactly one payment for a pending order", Category.BUSINESS_RULE)
+    old_pm, amount = payments[0][3], payments[0][2]
+    if old_pm == pm_id:
+        raise ToolError("The new payment method should be different from the current one",
+                        Category.INVALID_ARGUMENTS)
+    methods = await _lock_payment_methods(conn, user_id, [pm_id, old_pm])
+    if old_pm not in methods:
+        raise NotFound("Payment method not found")
+    source, balance = methods[pm_id]
+    if source == "gift_card" and balance < amount:
+        raise ToolError("Insufficient gift card balance to pay for the order", Category.BUSINESS_RULE)
+    await _append_payments(conn, order_id, user_id, [("payment", amount, pm_id), ("refund", amount, old_pm)])
+    if source == "gift_card":
+        await conn.execute(ADD_TO_BALANCE, (-amount, pm_id))
+    if methods[old_pm][0] == "gift_card":
+        await conn.execute(ADD_TO_BALANCE, (amount, old_pm))
+    return await fetch_order(conn, order_id)
+
+
+async def modify_user_address(conn, args, ctx) -> dict:
+    user_id = args["user_id"]
+    if await _one(conn, "SELECT 1 FROM retail.users WHERE user_id = %s FOR UPDATE", (user_id,)) is None:
+        raise NotFound("User not found")
+    await conn.execute(SET_USER_ADDRESS, (args["address1"], args["address2"], args["city"], args["state"],
+                                          args["country"], args["zip"], user_id))
+    return await fetch_user(conn, user_id)
+
+
+async def return_delivered_order_items(conn, args, ctx) -> dict:
+    order_id, item_ids, pm_id = args["order_id"], list(args["item_ids"]), args["payment_method_id"]
+    user_id, status = await _lock_order(conn, order_id)
+    if status != "delivered":
+        raise ToolError("Non-delivered order cannot be returned", Category.BUSINESS_RULE)
+    source, _balance = await _payment_method(conn, user_id, pm_id, lock=True)
+    payments = await _all(conn, PAYMENTS, (order_id,))
+    if source != "gift_card" and (not payments or pm_id != payments[0][3]):
+        raise ToolError("Payment method should be the original payment method", Category.BUSINESS_RULE)
+    items = await _all(conn, ORDER_ITEM_IDS, (order_id,))
+    _count_check(item_ids, [i[0] for i in items], lambda _item_id: "Some item not found")
+    await conn.execute("UPDATE retail.orders SET status = 'return requested', return_items = %s, "
+                       "return_payment_method_id = %s WHERE order_id = %s", (sorted(item_ids), pm_id, order_id))
+    return await fetch_order(conn, order_id)
+
+
+# --------------------------------------------------------------------------- registry
+
+def _description(model: type[BaseModel]) -> str:
+    return " ".join((model.__doc__ or "").split())
+
+
+_TOOLS: tuple[tuple[str, type[BaseModel], Handler, bool], ...] = (
+    ("calculate", Calculate, calculate, False),
+    ("cancel_pending_order", CancelPendingOrder, cancel_pending_order, True),
+    ("exchange_delivered_order_items", ExchangeDeliveredOrderItems, exchange_delivered_order_items, True),
+    ("find_user_id_by_name_zip", FindUserIdByNameZip, find_user_id_by_name_zip, False),
+    ("find_user_id_by_email", FindUserIdByEmail, find_user_id_by_email, False),
+    ("get_order_details", GetOrderDetails, get_order_details, False),
+    ("get_product_details", GetProductDetails, get_product_details, False),
+    ("get_item_details", GetItemDetails, get_item_details, False),
+    ("get_user_details", GetUserDetails, get_user_details, False),
+    ("list_all_product_types", ListAllProductTypes, list_all_product_types, False),
+    ("modify_pending_order_address", ModifyPendingOrderAddress, modify_pending_order_address, True),
+    ("modify_pending_order_items", ModifyPendingOrderItems, modify_pending_order_items, True),
+    ("modify_pending_order_payment", ModifyPendingOrderPayment, modify_pending_order_payment, True),
+    ("modify_user_address", ModifyUserAddress, modify_user_address, True),
+    ("return_delivered_order_items", ReturnDeliveredOrderItems, return_delivered_order_items, True),
+    ("transfer_to_human_agents", TransferToHumanAgents, transfer_to_human_agents, False),
+)
+
+SPECS: list[tuple[str, type[BaseModel], Handler, bool, str]] = [
+    (name, model, handler, writes, _description(model)) for name, model, handler, writes in _TOOLS
+]
+"""``(name, args_model, handler, writes, description)`` per tool, in the order tau2's RetailTools defines them."""
+
+BY_NAME: dict[str, tuple[str, type[BaseModel], Handler, bool, str]] = {spec[0]: spec for spec in SPECS}
+WRITE_TOOLS = frozenset(name for name, _m, _h, writes, _d in SPECS if writes)
+
+
+def specs(reproduce_last_variant_bug: bool | None = None) -> list[tuple[str, type[BaseModel], Handler, bool, str]]:
+    """:data:`SPECS`, with ``modify_pending_order_items`` fixed to one setting of the last-variant bug.
+
+    ``None`` gives :data:`SPECS` itself (the module-level switch, read at call time).
+    """
+    if reproduce_last_variant_bug is None:
+        return list(SPECS)
+    setting = bool(reproduce_last_variant_bug)
+
+    async def modify_items(conn, args, ctx) -> dict:
+        return await modify_pending_order_items(conn, args, _WithBugSetting(ctx, setting))
+
+    return [(name, model, modify_items if name == "modify_pending_order_items" else handler, writes, doc)
+            for name, model, handler, writes, doc in SPECS]
+
+
+class _WithBugSetting:
+    """``ctx`` seen through, with ``reproduce_last_variant_bug`` set."""
+
+    def __init__(self, ctx: Any, setting: bool):
+        self._ctx, self.reproduce_last_variant_bug = ctx, setting
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ctx, name)
+
+
+def validate_args(name: str, args: dict) -> dict:
+    """``args`` validated by the tool's model, as the dict a handler takes (raises ValidationError)."""
+    return BY_NAME[name][1].model_validate(args).model_dump()
+
+
+async def call(conn: psycopg.AsyncConnection, name: str, args: dict, ctx: Any = None) -> dict | list | str:
+    """Validate ``args`` and run the tool's handler on ``conn`` (no transaction of its own)."""
+    spec = BY_NAME.get(name)
+    if spec is None:
+        raise ToolError(f"Tool '{name}' not found.", Category.INVALID_ARGUMENTS)
+    return await spec[2](conn, validate_args(name, args), ctx)
+
+
+__all__ = [
+    "SPECS", "BY_NAME", "WRITE_TOOLS", "CANCEL_REASONS", "reproduce_last_variant_bug", "specs", "call",
+    "validate_args", "calculate_expression", "money",
+] + [model.__name__ for _n, model, _h, _w in _TOOLS] + [handler.__name__ for _n, _m, handler, _w in _TOOLS]

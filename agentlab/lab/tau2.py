@@ -1,0 +1,480 @@
+"""tau2-bench retail replayed through the kit: each task's golden actions under a preset and a fault.
+
+Each task runs on a database of its own (a copy of the retail template, :func:`agentlab.runtime.db.create_database`),
+through the graph and the :class:`~agentlab.core.tools_node.TransactionalToolsNode` of the failure lab
+(:meth:`agentlab.lab.runner.Lab.run`): each golden action is one model turn with one tool call, id
+``tau2-<task>-<action_id>`` (:class:`Tau2Model`). Then the end state is exported in tau2's ``RetailDB``
+shape, hashed (:func:`agentlab.domains.retail.export.canonical_hash`), compared with the hash tau2's own
+code gives (``data/retail/expected_hashes.json``), and checked by the generic invariants and retail's own.
+
+The faults (:data:`FAULTS`) are the catalog's, fitted to turns of one call each:
+
+=========================  ================================================================================
+``none``                   the control row
+``crash_mid_node``         the process dies inside a multi-row write: between the first and the second write
+                           statement of a tool call (cancel, modify items, modify payment); resume in a new process
+``backend_killed``         at that same point another session runs ``pg_terminate_backend`` on the node's backend
+``crash_before_checkpoint``  the process dies after the first writing batch's COMMIT, before its checkpoint
+``hallucinated_order_id``  every order id is first sent without its ``#`` (``W2378156``); the model resends it
+                           fixed once told the order was not found
+``lock_timeout``           another session holds the first written order's row lock (``FOR UPDATE``) for 1 s
+=========================  ================================================================================
+
+``await run_tau2(["full", "naive"], ["none", "crash_mid_node"])`` returns a :class:`Tau2Result`;
+``python -m agentlab tau2`` prints its table (:func:`main`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import Field
+
+from agentlab.core.scenario import Scenario
+from agentlab.domains.retail.domain import DOMAIN, DOMAIN_FIXED
+from agentlab.domains.retail.export import canonical_hash
+from agentlab.domains.retail.load import read_expected_hashes
+from agentlab.lab.faults import FAULTS as CATALOG
+from agentlab.lab.faults import TERMINATE, Fault
+from agentlab.lab.runner import Lab
+from agentlab.runtime.db import drop_database
+from agentlab.runtime.harness import Harness
+from agentlab.sim.model import PLAN_KEY, ScriptedChatModel
+
+WRITE_PREFIXES = ("INSERT", "UPDATE", "DELETE")
+LOCK_HOLD_S = 1.0  # lock_timeout: how long the other session holds the order's row lock
+DEFAULT_CONCURRENCY = 4  # tasks in flight (each on its own database)
+
+
+# --------------------------------------------------------------------------- the model
+
+class Tau2Model(ScriptedChatModel):
+    """The scripted model, with the tool call ids of tau2's golden actions: step ``s`` is sent as
+    ``call_ids[s]``, a resend of it as ``<id>-2``, ``<id>-3``, ... (a new id per send, as an LLM's)."""
+
+    call_ids: list[str] = Field(default_factory=list)
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs: Any) -> ChatResult:
+        result = super()._generate(messages, stop=stop, **kwargs)
+        message = result.generations[0].message
+        if not message.tool_calls:
+            return result
+        used = {tc["id"] for m in messages if isinstance(m, AIMessage) for tc in m.tool_calls}
+        calls = []
+        for tc, (step, _index) in zip(message.tool_calls, message.response_metadata[PLAN_KEY]):
+            base = self.call_ids[step]
+            cid, n = base, 1
+            while cid in used:
+                n += 1
+                cid = f"{base}-{n}"
+            used.add(cid)
+            calls.append({**tc, "id": cid})
+        renamed = AIMessage(content=message.content, tool_calls=calls, response_metadata=message.response_metadata,
+                            usage_metadata=message.usage_metadata)
+        return ChatResult(generations=[ChatGeneration(message=renamed)])
+
+
+def model_for(scenario: Scenario):
+    """A :meth:`Lab.run` model factory for a task scenario (its call ids are in ``scenario.intended``)."""
+    ids = list(scenario.intended["call_ids"])
+    return lambda script, seed: Tau2Model(script=script, seed=seed, call_ids=ids)
+
+
+# --------------------------------------------------------------------------- faults
+
+class _WriteWatchingConnection:
+    """A connection seen through: before each write statement on a ``retail.`` table, ``on_write(n, sql)``
+    runs with the number of such statements the current call has sent before it."""
+
+    def __init__(self, conn, watcher: _MidWrite):
+        self._conn, self._watcher = conn, watcher
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+    async def execute(self, query, params=None, **kwargs):
+        await self._watcher.before(query)
+        return await self._conn.execute(query, params, **kwargs)
+
+    def cursor(self, *args, **kwargs):
+        return _WatchedCursor(self._conn.cursor(*args, **kwargs), self._watcher)
+
+    def transaction(self, *args, **kwargs):
+        return self._conn.transaction(*args, **kwargs)
+
+
+class _WatchedCursor:
+    def __init__(self, cursor, watcher: _MidWrite):
+        self._cursor, self._watcher = cursor, watcher
+
+    def __getattr__(self, name):
+        return getattr(self._cursor, name)
+
+    async def __aenter__(self):
+        await self._cursor.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc):
+        return await self._cursor.__aexit__(*exc)
+
+    async def execute(self, query, params=None, **kwargs):
+        await self._watcher.before(query)
+        return await self._cursor.execute(query, params, **kwargs)
+
+    async def executemany(self, query, params_seq, **kwargs):
+        await self._watcher.before(query)
+        return await self._cursor.executemany(query, params_seq, **kwargs)
+
+
+class _WatchingPool:
+    def __init__(self, pool, watcher: _MidWrite):
+        self._pool, self._watcher = pool, watcher
+
+    def __getattr__(self, name):
+        return getattr(self._pool, name)
+
+    @contextlib.asynccontextmanager
+    async def connection(self, *args, **kwargs):
+        async with self._pool.connection(*args, **kwargs) as conn:
+            self._watcher.run.notes["node_backend_pid"] = conn.info.backend_pid
+            yield _WriteWatchingConnection(conn, self._watcher)
+
+
+class _MidWrite:
+    """Counts a call's write statements on ``retail.`` tables; acts before the second one, once per episode."""
+
+    def __init__(self, run, action: str):
+        self.run, self.action, self.writes = run, action, 0
+
+    async def before(self, query) -> None:
+        text = query if isinstance(query, str) else ""
+        if "retail." not in text or not text.lstrip().upper().startswith(WRITE_PREFIXES):
+            return
+        self.writes += 1
+        notes = self.run.notes
+        if self.writes != 2 or notes.get("crashes") or "killed_pid" in notes:
+            return
+        notes["mid_write"] = text.split(" SET ")[0].split(" (")[0][:60]
+        if self.action == "crash":
+            raise self.run.crash("inside a multi-row write, before its second statement")
+        pid = notes["node_backend_pid"]
+        async with self.run.pool.connection() as conn:
+            done = (await (await conn.execute(TERMINATE, (pid,))).fetchone())[0]
+        notes["killed_pid"], notes["terminated"] = pid, bool(done)
+
+
+@dataclass(frozen=True)
+class MidWrite(Fault):
+    """Between the first and the second write statement of a tool call (a multi-row write), the process
+    dies (``action="crash"``, resumed in a new process) or its backend is terminated (``"kill"``)."""
+
+    action: str = "crash"
+
+    @property
+    def resumes(self) -> bool:  # type: ignore[override]
+        return self.action == "crash"
+
+    def resumes_graph(self, safeguards) -> bool:
+        return self.action == "crash"
+
+    async def arm(self, run) -> None:
+        watcher = _MidWrite(run, self.action)
+        run.node.pool = _WatchingPool(run.node.pool, watcher)
+
+        async def reset(call, index: int) -> None:
+            watcher.writes = 0
+
+        run.node.hooks.before_call.append(reset)
+
+
+@dataclass(frozen=True)
+class CrashAfterWriteCommit(Fault):
+    """The process dies right after the COMMIT of the first batch holding a write tool, before LangGraph
+    writes its checkpoint; the thread resumes from the last checkpoint in a new process."""
+
+    resumes = True
+
+    async def arm(self, run) -> None:
+        writers = set(run.node.toolset.writers())
+
+        async def die(calls) -> None:
+            if not run.notes.get("crashes") and any(c.get("name") in writers for c in calls):
+                raise run.crash("after a write batch's commit, before the checkpoint write")
+
+        run.node.hooks.after_commit.append(die)
+
+
+@dataclass(frozen=True)
+class OrderIdWithoutHash(Fault):
+    """Every planned call's ``order_id`` is first sent without its ``#``; ``fix`` is the real id."""
+
+    def prepare(self, scenario: Scenario, rng: random.Random) -> Scenario:
+        for step, index, call in scenario.calls():
+            order_id = call.args.get("order_id")
+            if isinstance(order_id, str) and order_id.startswith("#"):
+                scenario = scenario.with_call(step, index, args={**call.args, "order_id": order_id[1:]},
+                                              fix=dict(call.args))
+        return scenario
+
+
+@dataclass(frozen=True)
+class OrderLockHolder(Fault):
+    """Another session holds ``SELECT ... FOR UPDATE`` on the first written order's row for ``hold_s``."""
+
+    hold_s: float = LOCK_HOLD_S
+
+    async def arm(self, run) -> None:
+        writers = set(run.node.toolset.writers())
+        order_id = next((c.args.get("order_id") for _s, _k, c in run.scenario.calls()
+                         if c.tool in writers and "order_id" in c.args), None)
+        if order_id is None:
+            return
+        locked = asyncio.Event()
+
+        async def hold() -> None:
+            async with run.pool.connection() as conn, conn.transaction():
+                await conn.execute("SELECT 1 FROM retail.orders WHERE order_id = %s FOR UPDATE", (order_id,))
+                run.notes["locked_order"] = order_id
+                locked.set()
+                await asyncio.sleep(self.hold_s)
+
+        task = asyncio.ensure_future(hold())
+        run.background.append(task)
+        await asyncio.wait({task, asyncio.ensure_future(locked.wait())}, return_when=asyncio.FIRST_COMPLETED)
+
+    async def disarm(self, run) -> None:
+        for task in run.background:
+            with contextlib.suppress(Exception):
+                await task
+
+
+FAULTS: dict[str, Fault] = {f.name: f for f in (
+    CATALOG["none"],
+    MidWrite("crash_mid_node", "crash_mid_node",
+             "crash inside a multi-row write (before its 2nd statement); resume in a new process", "transaction"),
+    MidWrite("backend_killed", "backend_killed",
+             "pg_terminate_backend inside a multi-row write (before its 2nd statement)", "transaction", action="kill"),
+    CrashAfterWriteCommit("crash_before_checkpoint", "crash_before_checkpoint",
+                          "crash after a write batch's commit, before the checkpoint; resume in a new process",
+                          "ledger"),
+    OrderIdWithoutHash("hallucinated_order_id", "hallucinated_argument",
+                       "every order id first sent without its '#'", "validation"),
+    OrderLockHolder("lock_timeout", "lock_timeout", "a second session holds the order's row lock for 1 s",
+                    "timeouts"),
+)}
+"""Retail's faults, by name (see the module docstring)."""
+
+
+def get_fault(name: str) -> Fault:
+    """The named retail fault. Raises ValueError naming the known ones."""
+    try:
+        return FAULTS[name]
+    except KeyError:
+        raise ValueError(f"unknown tau2 fault {name!r}; choose one of: {', '.join(FAULTS)}") from None
+
+
+# --------------------------------------------------------------------------- one task
+
+@dataclass
+class TaskRun:
+    """One task under one preset and fault: the end state's canonical hash against tau2's, and the violations."""
+
+    task_id: str
+    preset: str
+    fault: str
+    state_hash: str
+    expected_hash: str
+    violations: list[tuple[str, str]]
+    crashed: bool = False
+    error: str | None = None
+    notes: dict = field(default_factory=dict)
+    messages: list = field(default_factory=list, repr=False)
+    wall_s: float = 0.0
+    database: str | None = field(default=None, repr=False)
+    state: dict | None = field(default=None, repr=False)
+
+    @property
+    def matches(self) -> bool:
+        return self.state_hash == self.expected_hash
+
+    def trace(self, tools: Iterable[str] | None = None):
+        """The tool calls of the kept message history as a DataFrame: call id, tool, and the head of its
+        ToolMessage(s) (``-`` when none answered it); only ``tools`` when given."""
+        import pandas as pd
+
+        answers: dict[str, list[str]] = {}
+        for m in self.messages:
+            if isinstance(m, ToolMessage):
+                answers.setdefault(m.tool_call_id, []).append(" ".join(str(m.content).split())[:70])
+        wanted = set(tools) if tools is not None else None
+        rows = [{"call id": tc["id"], "tool": tc["name"], "answer": " | ".join(answers.get(tc["id"], ["-"]))}
+                for m in self.messages if isinstance(m, AIMessage) for tc in m.tool_calls
+                if wanted is None or tc["name"] in wanted]
+        return pd.DataFrame(rows, columns=["call id", "tool", "answer"])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"task": self.task_id, "preset": self.preset, "fault": self.fault, "hash": self.state_hash,
+                "matches": self.matches, "violations": [{"kind": k, "detail": d} for k, d in self.violations],
+                "crashed": self.crashed, "error": self.error}
+
+
+async def run_task(task_id: str, preset: str = "full", fault: str | Fault = "none", *, fixed: bool = False,
+                   expected: dict | None = None, keep_messages: bool = False, keep_state: bool = False,
+                   drop: bool = True) -> TaskRun:
+    """Replay task ``task_id``'s golden actions under ``preset`` and ``fault`` on a fresh database.
+
+    Args:
+        fixed: run the domain with tau2's last-variant bug fixed (:data:`DOMAIN_FIXED`).
+        expected: ``expected_hashes.json`` as read (read once when None).
+        keep_messages: keep the message history in the result (for a trace: :meth:`TaskRun.trace`).
+        keep_state: keep the exported end state (tau2's ``RetailDB`` JSON) in ``TaskRun.state``.
+        drop: drop the task's database at the end (else its conninfo is in ``TaskRun.database``, for the
+            caller to drop: :func:`run_tau2` drops it outside its concurrency gate).
+
+    Raises:
+        ValueError: an unknown task or fault.
+        agentlab.runtime.db.DatabaseUnavailable: no server.
+    """
+    domain = DOMAIN_FIXED if fixed else DOMAIN
+    name = f"tau2-{task_id}"
+    if name not in domain.scenarios:
+        raise ValueError(f"unknown tau2 task {task_id!r}: the tasks are 0 to {len(domain.scenarios) - 1}")
+    fault = get_fault(fault) if isinstance(fault, str) else fault
+    expected = read_expected_hashes() if expected is None else expected
+    scenario = domain.scenarios[name]
+    t0 = time.perf_counter()
+    async with await Harness.open(purpose="tau2", domain=domain, pool_max=2, keep=True) as h:
+        async with Lab(h, pool_max=2, checkpointer_max=2) as lab:
+            fr = await lab.run(fault, preset, scenario=scenario, model=model_for(scenario))
+        async with h.pool.connection() as conn:
+            state = await domain.export_state(conn, [])
+            state_hash = canonical_hash(state)
+    if drop:
+        await asyncio.to_thread(drop_database, h.url)
+    ep = fr.episode
+    return TaskRun(str(task_id), fr.preset, fault.name, state_hash, expected["hashes"][str(task_id)],
+                   [(v.kind, v.detail) for v in fr.violations], fr.crashed, ep.error, dict(fr.notes),
+                   list(ep.messages) if keep_messages else [], time.perf_counter() - t0,
+                   None if drop else h.url, state if keep_state else None)
+
+
+# --------------------------------------------------------------------------- the table
+
+@dataclass
+class Tau2Result:
+    """Every :class:`TaskRun` of a run, and how long it took (seconds)."""
+
+    runs: list[TaskRun]
+    presets: list[str]
+    faults: list[str]
+    tasks: list[str]
+    seconds: float
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per preset and fault: tasks matched (of the tasks run) and violations by kind."""
+        rows = []
+        for p in self.presets:
+            for f in self.faults:
+                runs = [r for r in self.runs if r.preset == p and r.fault == f]
+                kinds = Counter(k for r in runs for k, _ in r.violations)
+                rows.append({"preset": p, "fault": f, "matched": sum(r.matches for r in runs), "of": len(runs),
+                             "errors": sum(r.error is not None for r in runs), "violations": dict(sorted(kinds.items()))})
+        return rows
+
+    def frame(self):
+        """:meth:`table` as a pandas DataFrame, one column per violation kind (for a notebook)."""
+        import pandas as pd
+
+        rows = self.table()
+        kinds = sorted({k for r in rows for k in r["violations"]})
+        return pd.DataFrame([{"preset": r["preset"], "fault": r["fault"], "matched": f"{r['matched']}/{r['of']}",
+                              **{k: r["violations"].get(k, 0) for k in kinds}} for r in rows])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"presets": self.presets, "faults": self.faults, "tasks": self.tasks,
+                "seconds": round(self.seconds, 2), "table": self.table(), "runs": [r.as_dict() for r in self.runs]}
+
+
+async def run_tau2(presets: Sequence[str] = ("full",), faults: Sequence[str] = ("none",),
+                   tasks: Iterable[str] | None = None, *, fixed: bool = False,
+                   concurrency: int = DEFAULT_CONCURRENCY, progress: bool | None = None) -> Tau2Result:
+    """Run ``tasks`` (default: all 114) under every preset and fault, ``concurrency`` tasks at a time.
+
+    Raises:
+        ValueError: an unknown preset, fault or task (before anything runs).
+    """
+    from tqdm.auto import tqdm
+
+    from agentlab.core.safeguards import preset as get_preset
+
+    for p in presets:
+        get_preset(p)
+    for f in faults:
+        get_fault(f)
+    domain = DOMAIN_FIXED if fixed else DOMAIN
+    task_ids = [str(t) for t in tasks] if tasks is not None else [s.intended["task_id"] for s in domain.scenarios.values()]
+    for t in task_ids:
+        if f"tau2-{t}" not in domain.scenarios:
+            raise ValueError(f"unknown tau2 task {t!r}: the tasks are 0 to {len(domain.scenarios) - 1}")
+    expected = read_expected_hashes()
+    jobs = [(p, f, t) for p in presets for f in faults for t in task_ids]
+    disable = (not sys.stderr.isatty()) if progress is None else not progress
+    bar = tqdm(total=len(jobs), disable=disable, unit="task", desc="tau2", leave=False)
+    gate = asyncio.Semaphore(max(1, concurrency))
+    t0 = time.perf_counter()
+
+    async def one(job) -> TaskRun:
+        p, f, t = job
+        async with gate:
+            try:
+                run = await run_task(t, p, f, fixed=fixed, expected=expected, drop=False)
+            finally:
+                bar.update(1)
+        await asyncio.to_thread(drop_database, run.database)  # outside the gate: the next task starts
+        return run
+
+    try:
+        runs = await asyncio.gather(*(one(j) for j in jobs))
+    finally:
+        bar.close()
+    return Tau2Result(list(runs), list(presets), list(faults), task_ids, time.perf_counter() - t0)
+
+
+def render(result: Tau2Result) -> str:
+    """The table as text: preset, fault, matched/of, then each violation kind's count."""
+    rows = result.table()
+    kinds = sorted({k for r in rows for k in r["violations"]})
+    head = ["preset", "fault", "matched", *kinds]
+    body = [[r["preset"], r["fault"], f"{r['matched']}/{r['of']}", *(str(r["violations"].get(k, 0)) for k in kinds)]
+            for r in rows]
+    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+    lines = ["  ".join(x.ljust(w) for x, w in zip(line, widths)) for line in (head, *body)]
+    return "\n".join(lines) + f"\n{len(result.runs)} task runs in {result.seconds:.1f} s"
+
+
+# --------------------------------------------------------------------------- command line
+
+def main(args) -> int:
+    """Run the command; 0 when it ran (whatever matched), 2 on a bad argument."""
+    try:
+        result = asyncio.run(run_tau2(args.presets, args.faults, args.tasks, fixed=args.fixed,
+                                      concurrency=args.concurrency, progress=None if not args.json else False))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result.to_json(), indent=1) if args.json else render(result))
+    return 0
+
+
+__all__ = ["FAULTS", "MidWrite", "TaskRun", "Tau2Model", "Tau2Result", "get_fault", "render", "run_task", "run_tau2"]

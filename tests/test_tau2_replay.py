@@ -1,0 +1,152 @@
+"""tau2-bench retail through the kit: golden actions as model turns through the graph and the tools node,
+on a fresh database per task, judged by tau2's own end-state hash and by the retail invariants.
+
+The fast suite runs a sample; all 114 tasks: ``RETAIL_FULL=1 pytest tests/test_tau2_replay.py -m slow``
+(or ``python -m agentlab tau2``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import AIMessage, ToolMessage
+
+from agentlab.core.domain import Domain
+from agentlab.domains.retail import DOMAIN, DOMAIN_FIXED
+from agentlab.domains.retail.domain import LAST_VARIANT_BUG_TASKS
+from agentlab.lab.tau2 import render, run_task, run_tau2
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ["3", "30", "44"]  # modify items (credit card), cancel (gift card), modify items (gift card)
+
+
+def kinds(run) -> set[str]:
+    return {k for k, _ in run.violations}
+
+
+def test_retail_is_a_domain_of_16_tools_and_114_one_call_turns():
+    assert isinstance(DOMAIN, Domain) and DOMAIN.schema == "retail"
+    assert len(DOMAIN.toolset) == 16 and len(DOMAIN.toolset.writers()) == 7
+    assert len(DOMAIN.scenarios) == 114
+    assert all(len(step) == 1 for sc in DOMAIN.scenarios.values() for step in sc.steps)
+    sc = DOMAIN.scenarios["tau2-20"]
+    assert sc.intended["call_ids"][0] == "tau2-20-20_0" and len(sc.intended["call_ids"]) == len(sc.steps)
+    assert [i.kind for i in DOMAIN.invariants] == ["gift_card_balance", "order_payments", "order_status_transition",
+                                                   "item_matches_variant"]
+
+
+async def test_each_golden_action_is_one_turn_with_its_tau2_call_id():
+    run = await run_task("3", "full", keep_messages=True)
+    calls = [tc for m in run.messages if isinstance(m, AIMessage) for tc in m.tool_calls]
+    assert [tc["id"] for tc in calls] == list(DOMAIN.scenarios["tau2-3"].intended["call_ids"])
+    assert all(len(m.tool_calls) <= 1 for m in run.messages if isinstance(m, AIMessage))
+    assert run.matches and run.violations == []
+
+
+async def test_sample_matches_under_full_with_a_crash_inside_a_multi_row_write():
+    result = await run_tau2(["full"], ["crash_mid_node"], SAMPLE, concurrency=3, progress=False)
+    assert all(r.crashed for r in result.runs), [r.notes for r in result.runs]
+    assert [r.task_id for r in result.runs if not r.matches] == []
+    assert [r.violations for r in result.runs] == [[], [], []]
+    assert result.table()[0]["matched"] == 3
+
+
+async def test_sample_breaks_under_naive_with_a_crash_inside_a_multi_row_write():
+    result = await run_tau2(["naive"], ["crash_mid_node"], SAMPLE, concurrency=3, progress=False)
+    by_task = {r.task_id: r for r in result.runs}
+    assert [t for t in SAMPLE if by_task[t].matches] == []  # every end state differs from tau2's
+    # the resumed call applied again on top of its committed first statement
+    assert "order_payments" in kinds(by_task["3"])  # a second payment for the same item change
+    assert "gift_card_balance" in kinds(by_task["30"])  # the card refunded twice, one refund recorded
+    assert "gift_card_balance" in kinds(by_task["44"])  # the payment recorded twice, the card charged once
+    assert "naive" in render(result) and "0/3" in render(result)
+
+
+async def test_a_killed_backend_inside_a_multi_row_write_double_applies_only_without_a_transaction():
+    result = await run_tau2(["full", "naive"], ["backend_killed"], ["3"], concurrency=2, progress=False)
+    full, naive = result.runs
+    assert full.notes["terminated"] and naive.notes["terminated"]
+    assert full.matches and full.violations == []
+    assert not naive.matches and "order_payments" in kinds(naive)
+
+
+async def test_golden_actions_tau2_refuses_are_refused_with_no_effect():
+    # 64_6: exchange of a non-delivered order; 106_0: gift card balance too low for the exchange
+    for task, action in (("64", "tau2-64-64_6"), ("105", "tau2-105-106_0")):
+        run = await run_task(task, "full", keep_messages=True)
+        answer = next(m for m in run.messages if isinstance(m, ToolMessage) and m.tool_call_id == action)
+        assert answer.content.startswith("FAILED [business_rule]"), answer.content
+        assert run.matches and run.violations == []
+
+
+async def test_an_order_id_without_its_hash_is_fixed_by_the_model_and_the_end_state_matches():
+    run = await run_task("30", "full", "hallucinated_order_id", keep_messages=True)
+    failed = [m for m in run.messages if isinstance(m, ToolMessage) and "Order not found" in str(m.content)]
+    assert failed and all(m.content.startswith("FAILED [not_found]") for m in failed)
+    assert run.matches and run.violations == []
+
+
+async def test_last_variant_bug_reproduced_matches_tau2_and_the_invariant_reports_it():
+    run = await run_task("21", "full")
+    assert run.matches
+    assert [k for k, _ in run.violations] == ["order_payments", "item_matches_variant"]
+
+
+async def test_last_variant_bug_fixed_differs_from_tau2_and_holds_the_invariants():
+    run = await run_task("21", "full", fixed=True)
+    assert not run.matches and run.violations == []
+    assert DOMAIN_FIXED.fingerprint() == DOMAIN.fingerprint()  # one template: only the tool differs
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("RETAIL_FULL"), reason="all 114 tasks take a minute or more: set RETAIL_FULL=1")
+async def test_all_114_tasks_match_tau2_under_full_reproduced_and_109_fixed():
+    result = await run_tau2(["full"], ["none"], progress=False)
+    assert [r.task_id for r in result.runs if not r.matches] == []
+    assert sorted({r.task_id for r in result.runs if "item_matches_variant" in kinds(r)}, key=int) == list(
+        LAST_VARIANT_BUG_TASKS)
+    assert sum(k == "item_matches_variant" for r in result.runs for k, _ in r.violations) == 9
+    assert [r.task_id for r in result.runs if kinds(r) - {"item_matches_variant", "order_payments"}] == []
+    fixed = await run_tau2(["full"], ["none"], fixed=True, progress=False)
+    assert sorted((r.task_id for r in fixed.runs if not r.matches), key=int) == list(LAST_VARIANT_BUG_TASKS)
+    assert sum(r.matches for r in fixed.runs) == 109
+    assert [r.violations for r in fixed.runs if r.violations] == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("RETAIL_FULL"), reason="all 114 tasks take minutes: set RETAIL_FULL=1")
+@pytest.mark.parametrize("fault", ["crash_mid_node", "backend_killed", "crash_before_checkpoint",
+                                   "hallucinated_order_id", "lock_timeout"])
+async def test_all_114_tasks_match_under_full_under_each_fault(fault):
+    result = await run_tau2(["full"], [fault], progress=False)
+    assert [r.task_id for r in result.runs if not r.matches] == []
+    assert [r.task_id for r in result.runs if kinds(r) - {"item_matches_variant", "order_payments"}] == []
+    assert {r.task_id for r in result.runs if r.violations} == set(LAST_VARIANT_BUG_TASKS)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "agentlab", "tau2", *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=600, check=False)
+
+
+def test_the_tau2_command_prints_json_with_each_tasks_hash_and_violations():
+    out = _cli("--tasks", "21", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["table"] == [{"preset": "full", "fault": "none", "matched": 1, "of": 1, "errors": 0,
+                                "violations": {"item_matches_variant": 1, "order_payments": 1}}]
+    (task,) = report["runs"]
+    assert task["task"] == "21" and task["matches"] and len(task["hash"]) == 64
+    assert [v["kind"] for v in task["violations"]] == ["order_payments", "item_matches_variant"]
+
+
+def test_the_tau2_command_refuses_an_unknown_fault_in_one_line():
+    out = _cli("--faults", "meteor", "--tasks", "3")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip() == ("error: unknown tau2 fault 'meteor'; choose one of: none, crash_mid_node, "
+                                  "backend_killed, crash_before_checkpoint, hallucinated_order_id, lock_timeout")
