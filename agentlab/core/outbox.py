@@ -36,7 +36,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agentlab.core.errors import IdempotencyConflict, ProviderError
+import psycopg
+
+from agentlab.core.errors import IdempotencyConflict, ProviderError, is_infrastructure
 from agentlab.core.storable import storable_text
 
 if TYPE_CHECKING:
@@ -240,6 +242,8 @@ class OutboxWorker:
             stats.dead_lettered += 1
             return
         except Exception as exc:  # ProviderError, TimeoutError, ConnectionError, or a bug: this row only
+            if isinstance(exc, psycopg.Error) and is_infrastructure(exc):
+                raise  # the database itself is gone (the kit's, or the provider's records): no row to mark
             if not isinstance(exc, (ProviderError, TimeoutError, ConnectionError)):
                 log.exception("outbox row %s: unexpected error in its dispatch", row_id)
             if attempts + 1 >= self.max_attempts:
