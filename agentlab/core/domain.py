@@ -37,6 +37,7 @@ from agentlab.core.errors import DomainError
 from agentlab.core.schema import CORE, Migration, apply_migrations
 from agentlab.core.toolspec import Toolset
 
+
 @dataclass(frozen=True)
 class Violation:
     """One broken invariant: its kind, the thread, and a one-line detail."""

@@ -28,14 +28,13 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import platformdirs
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-from typing import TYPE_CHECKING
 
 from agentlab.core.errors import AgentlabError
 from agentlab.core.redact import redact
@@ -384,7 +383,7 @@ def admin_connection():
 
 # --------------------------------------------------------------------------- databases
 
-def template_name(domain: "Domain | str | None" = None) -> str:
+def template_name(domain: Domain | str | None = None) -> str:
     """Name of ``domain``'s template database (default: billing), a copy of the core template (see
     :func:`core_template_name`) plus the domain's migrations and seed; the core template's own name for a
     domain with neither. Both names carry digests of what built them, so they change when it changes."""
@@ -402,13 +401,13 @@ def core_template_name() -> str:
     return f"{DB_PREFIX}tpl_{schema.fingerprint()[:10]}"
 
 
-def _domain(domain: "Domain | str | None") -> "Domain":
+def _domain(domain: Domain | str | None) -> Domain:
     from agentlab.runtime.domains import resolve_domain
 
     return resolve_domain(domain)
 
 
-def template_fingerprint(domain: "Domain | str | None" = None, *, core: bool = False) -> str:
+def template_fingerprint(domain: Domain | str | None = None, *, core: bool = False) -> str:
     """What a template must have been built from to be reused (stored as its comment when it is built):
     the core fingerprint (its migrations' checksums and the saver's version) and, unless ``core``, the
     domain's (its migrations' checksums and its seed; default domain billing)."""
@@ -422,7 +421,7 @@ def template_fingerprint(domain: "Domain | str | None" = None, *, core: bool = F
     return "agentlab template " + hashlib.sha256(":".join(parts).encode()).hexdigest()
 
 
-def ensure_template(domain: "Domain | str | None" = None) -> str:
+def ensure_template(domain: Domain | str | None = None) -> str:
     """Build the core template (once per server and migration list; concurrent callers wait for one
     build) and ``domain``'s template on top of it (default: billing); return the domain's template name.
 
@@ -449,7 +448,7 @@ def ensure_template(domain: "Domain | str | None" = None) -> str:
                    [(schema.CORE, schema.MIGRATIONS), (domain.name, domain.migrations)])
 
 
-def _build_domain_template(url: str, domain: "Domain") -> None:
+def _build_domain_template(url: str, domain: Domain) -> None:
     from agentlab.core.domain import migrate_domain
 
     with psycopg.connect(url, autocommit=True) as conn:
@@ -532,7 +531,7 @@ def _exists(conn: psycopg.Connection, name: str) -> bool:
     return conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is not None
 
 
-def create_database(purpose: str = "scratch", domain: "Domain | str | None" = None) -> str:
+def create_database(purpose: str = "scratch", domain: Domain | str | None = None) -> str:
     """Create a fresh database ``agentlab_<purpose>_<random>`` from the template (``domain``'s own when
     it has migrations or seed data); return its conninfo.
 

@@ -9,7 +9,7 @@ tables in ``public`` shows it only the rows of the thread's tenant, and a credit
 invoice of its own customer. The ``lax`` copy gets neither: isolation needs ``constraints=True``.
 
 These were the kit's first schema (the core list's first entries); they moved here unchanged, in the same
-order, so a billing database holds exactly what it held before (tests/test_billing_schema.py).
+order, so a billing database holds what it held before (tests/test_schema_layout.py checks the layout).
 """
 
 from __future__ import annotations
@@ -17,7 +17,13 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from agentlab.core.schema import AGENT_ROLE, LAX_SCHEMA, STRICT_SCHEMA, TENANT_PREDICATE, Migration
+from agentlab.core.schema import (
+    AGENT_ROLE,
+    LAX_SCHEMA,
+    STRICT_SCHEMA,
+    TENANT_PREDICATE,
+    Migration,
+)
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "data"
 SEED_CUSTOMERS_CSV = DATA_DIR / "customers.csv"
