@@ -21,7 +21,7 @@ def run_cli(*args: str, cwd: Path = REPO, path: Path | None = None) -> subproces
     if path is not None:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(path), env.get("PYTHONPATH", "")) if p)
     return subprocess.run([sys.executable, "-m", "agentlab", *args], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=300)
+                          cwd=cwd, timeout=300, check=False)
 
 
 def test_the_payouts_example_plays_its_own_scenario_and_its_invariant_holds():
@@ -72,8 +72,8 @@ def test_a_domain_without_scenarios_is_refused_in_one_line(tmp_path):
     proc = run_cli("demo", "--domain", "bare_domain:DOMAIN", cwd=tmp_path, path=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "agentlab demo: domain 'bare' has no scenarios: a demo plays one of the domain's own "
-        "(give it Domain(scenarios={name: Scenario(...)}))"]
+        ("agentlab demo: domain 'bare' has no scenarios: a demo plays one of the domain's own "
+         "(give it Domain(scenarios={name: Scenario(...)}))")]
 
 
 def test_an_unknown_scenario_or_domain_is_refused_in_one_line():

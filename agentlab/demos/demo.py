@@ -22,7 +22,13 @@ from agentlab.core.domain import Domain
 from agentlab.core.errors import DomainError
 from agentlab.core.outbox import outbox_counts
 from agentlab.core.safeguards import preset
-from agentlab.demos.report import domain_report, episode_report, render_domain_episode, render_episode, to_json
+from agentlab.demos.report import (
+    domain_report,
+    episode_report,
+    render_domain_episode,
+    render_episode,
+    to_json,
+)
 from agentlab.domains.billing.scenarios import get_scenario
 from agentlab.runtime.domains import resolve_domain
 from agentlab.runtime.harness import Harness

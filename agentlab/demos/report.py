@@ -100,8 +100,8 @@ def render_domain_episode(rep: dict, *, timing: bool = True) -> str:
 
 def _closing_lines(rep: dict, timing: bool) -> list[str]:
     lines = [f"  rollbacks         {rep['rollbacks']}",
-             f"  tool messages     {rep['tool_messages']} for {rep['tool_calls']} tool calls "
-             f"({rep['unanswered_tool_calls']} unanswered)"]
+             (f"  tool messages     {rep['tool_messages']} for {rep['tool_calls']} tool calls "
+              f"({rep['unanswered_tool_calls']} unanswered)")]
     if timing:
         lines.append(f"  wall time         {rep['wall_s']:.2f} s")
     return lines + kept_lines(rep.get("database"), label_width=18)
