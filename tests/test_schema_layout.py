@@ -108,7 +108,7 @@ def test_an_edited_core_migration_and_an_earlier_layout_are_refused(database_url
         assert schema.migrate(conn) == []  # a fresh database already holds every core migration
         edited = list(schema.MIGRATIONS)
         edited[3] = Migration(edited[3].name, edited[3].sql + "\nSELECT 1;")
-        with pytest.raises(DomainError, match="core: migration 3 .* was edited"):
+        with pytest.raises(DomainError, match="the core schema: migration 3 .* was edited"):
             schema.apply_migrations(conn, schema.CORE, edited)
         with pytest.raises(DomainError, match="no longer lists"):
             schema.apply_migrations(conn, schema.CORE, schema.MIGRATIONS[:-1])

@@ -1,7 +1,7 @@
 """The domain API: what a domain brings to the safety net, and the checks it must pass before any episode.
 
 A :class:`Domain` bundles what is domain-specific; the tools node, the graph, the Harness, the failure
-lab and ``python -m agentlab chaos --domain ...`` take one, and nothing in the kit mutates module
+lab, ``python -m agentlab demo --domain ...`` and ``chaos --domain ...`` take one, and nothing in the kit mutates module
 globals to learn about it:
 
 - ``toolset``: the tools (:class:`agentlab.core.toolspec.Toolset`: strict argument models, handlers on

@@ -410,12 +410,13 @@ def apply_migrations(conn: psycopg.Connection, owner: str, migrations) -> list[i
         raise DomainError("this database was migrated by an earlier agentlab (its schema_migrations records no "
                           "checksums); make a fresh one (`python -m agentlab db reset` drops the kit's databases)"
                           ) from None
+    who = "the core schema" if owner == CORE else f"domain {owner!r}"
     for version, (name, checksum) in sorted(done.items()):
         if version >= len(migrations):
-            raise DomainError(f"{owner}: the database holds migration {version} ({name!r}), which the code no "
+            raise DomainError(f"{who}: the database holds migration {version} ({name!r}), which the code no "
                               "longer lists; migrations are append-only")
         if migrations[version].checksum != checksum:
-            raise DomainError(f"{owner}: migration {version} ({name!r}) was edited after it was applied; "
+            raise DomainError(f"{who}: migration {version} ({name!r}) was edited after it was applied; "
                               "migrations are append-only: add a new one instead")
     applied = []
     for version, m in enumerate(migrations):
