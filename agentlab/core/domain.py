@@ -1,16 +1,18 @@
 """The domain API: what a domain brings to the safety net, and the checks it must pass before any episode.
 
 A :class:`Domain` bundles what is domain-specific; the tools node, the graph, the Harness, the failure
-lab and ``python -m agentlab chaos --domain ...`` take one, and nothing in the kit mutates module
+lab, ``python -m agentlab demo --domain ...`` and ``chaos --domain ...`` take one, and nothing in the kit mutates module
 globals to learn about it:
 
 - ``toolset``: the tools (:class:`agentlab.core.toolspec.Toolset`: strict argument models, handlers on
   the node's connection, ``writes`` / ``external``);
 - ``migrations``: its schema as an append-only list of :class:`Migration` in a PostgreSQL schema of its
-  own (``schema``), recorded per domain in ``domain_migrations`` with a checksum, so an entry edited after
-  it was applied is refused (:func:`migrate_domain`);
+  own (``schema``), recorded under the domain's name in ``schema_migrations`` with a checksum, so an entry
+  edited after it was applied is refused (:func:`migrate_domain`); the core's own tables (ledger, outbox,
+  events, ...) are :data:`agentlab.core.schema.MIGRATIONS`, applied before any domain's;
 - ``seed``: rows every fresh database starts with (``seed(conn)`` on a sync psycopg connection, run once
-  into the domain's template database);
+  into the domain's template database); ``seed_files``: the files it reads, whose bytes count in
+  :meth:`Domain.fingerprint` (edit one and the template is rebuilt);
 - ``scenarios``: scripted episodes (``Scenario`` values whose steps are planned tool calls; ``C(i)``
   names the ``i``-th row ``create_rows`` made for the episode);
 - ``create_rows(conn, scenario, schema) -> list[int]``: the episode's own rows (so episodes never touch
@@ -28,23 +30,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from agentlab.core.errors import DomainError
+from agentlab.core.schema import CORE, Migration, apply_migrations
 from agentlab.core.toolspec import Toolset
-
-CREATE_DOMAIN_MIGRATIONS = """
-CREATE TABLE IF NOT EXISTS domain_migrations (
-    domain     text NOT NULL,
-    version    integer NOT NULL,
-    name       text NOT NULL,
-    checksum   text NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (domain, version)
-)
-"""
-APPLIED_MIGRATIONS = "SELECT version, name, checksum FROM domain_migrations WHERE domain = %s ORDER BY version"
-RECORD_MIGRATION = "INSERT INTO domain_migrations (domain, version, name, checksum) VALUES (%s, %s, %s, %s)"
 
 
 @dataclass(frozen=True)
@@ -54,18 +45,6 @@ class Violation:
     kind: str
     thread_id: str
     detail: str
-
-
-@dataclass(frozen=True)
-class Migration:
-    """One schema change of a domain: a name and its SQL. Its position in the list is its version."""
-
-    name: str
-    sql: str
-
-    @property
-    def checksum(self) -> str:
-        return hashlib.sha256(self.sql.strip().encode()).hexdigest()
 
 
 @dataclass
@@ -109,6 +88,7 @@ class Domain:
     schema: str = "public"
     migrations: tuple[Migration, ...] = ()
     seed: Callable[[Any], None] | None = None
+    seed_files: tuple[str | Path, ...] = ()
     invariants: tuple[Invariant, ...] = ()
     export_state: Callable[[Any, list[int]], Awaitable[dict]] | None = None
     faults: tuple[str, ...] | None = None
@@ -121,6 +101,8 @@ class Domain:
     def validate(self) -> None:
         if not self.name.isidentifier():
             raise DomainError(f"a domain's name must be a plain identifier, not {self.name!r}")
+        if self.name == CORE:
+            raise DomainError(f"a domain may not be named {CORE!r}: the kit's own migrations are recorded under it")
         if not isinstance(self.toolset, Toolset):
             raise DomainError(f"domain {self.name!r}: toolset must be an agentlab.Toolset")
         for sname, sc in self.scenarios.items():
@@ -137,11 +119,21 @@ class Domain:
                 raise DomainError(f"domain {self.name!r}: migration {n} must be a Migration with SQL")
 
     def fingerprint(self) -> str:
-        """Changes whenever the domain's template would: its migrations and its seed function's code."""
-        parts = [self.name, *(m.sql for m in self.migrations)]
+        """Changes whenever the domain's template would: its migrations (their checksums), its seed
+        function's code and the bytes of its ``seed_files``.
+
+        Raises:
+            DomainError: a seed file cannot be read.
+        """
+        parts = [self.name, *(m.checksum for m in self.migrations)]
         if self.seed is not None:
             code = getattr(self.seed, "__code__", None)
             parts.append(code.co_code.hex() if code is not None else repr(self.seed))
+        for f in self.seed_files:
+            try:
+                parts.append(hashlib.sha256(Path(f).read_bytes()).hexdigest())
+            except OSError as exc:
+                raise DomainError(f"domain {self.name!r}: cannot read its seed file {f} ({exc.strerror or exc})") from exc
         return hashlib.sha256("\n--\n".join(parts).encode()).hexdigest()
 
     def get_scenario(self, name: str) -> Any:
@@ -155,29 +147,12 @@ class Domain:
 
 def migrate_domain(conn, domain: Domain) -> list[int]:
     """Apply ``domain``'s migrations that the database at ``conn`` (a sync psycopg connection,
-    autocommit) lacks, each in its own transaction; return their versions.
+    autocommit) lacks, each in its own transaction, recorded in ``schema_migrations`` under the domain's
+    name with their checksums; return their versions.
 
     Raises:
         DomainError: an applied migration's SQL differs from the one recorded (an entry was edited, or
             the list reordered: migrations are append-only), or the database holds more migrations than
-            the domain lists.
+            the domain lists (:func:`agentlab.core.schema.apply_migrations`).
     """
-    with conn.transaction():
-        conn.execute(CREATE_DOMAIN_MIGRATIONS)
-    done = {v: (name, checksum) for v, name, checksum in conn.execute(APPLIED_MIGRATIONS, (domain.name,)).fetchall()}
-    for version, (name, checksum) in done.items():
-        if version >= len(domain.migrations):
-            raise DomainError(f"domain {domain.name!r}: the database holds migration {version} ({name!r}), "
-                              "which the domain no longer lists; migrations are append-only")
-        if domain.migrations[version].checksum != checksum:
-            raise DomainError(f"domain {domain.name!r}: migration {version} ({name!r}) was edited after it was "
-                              "applied; migrations are append-only: add a new one instead")
-    applied = []
-    for version, m in enumerate(domain.migrations):
-        if version in done:
-            continue
-        with conn.transaction():
-            conn.execute(m.sql)
-            conn.execute(RECORD_MIGRATION, (domain.name, version, m.name, m.checksum))
-        applied.append(version)
-    return applied
+    return apply_migrations(conn, domain.name, domain.migrations)

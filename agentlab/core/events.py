@@ -43,7 +43,6 @@ EVENT_COLUMNS = (
 )
 EVENT_KINDS = ("node", "call", "note")
 _COLUMNS = frozenset(EVENT_COLUMNS)
-INSERT_EVENT = f"INSERT INTO events ({', '.join(EVENT_COLUMNS)}) VALUES ({', '.join(['%s'] * len(EVENT_COLUMNS))})"
 COPY_EVENTS = f"COPY events ({', '.join(EVENT_COLUMNS)}) FROM STDIN"
 RECOVERED_DETAIL = "recovered from the ledger: the call committed, its event was not written"
 # An ``applied`` call event for each ledger row (of the threads given, or all when NULL) that has none: a

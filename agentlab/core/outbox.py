@@ -32,13 +32,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from agentlab.core.errors import IdempotencyConflict, ProviderError, is_infrastructure
+from agentlab.core.hooks import Hook, run_hooks
 from agentlab.core.storable import storable_text
 
 if TYPE_CHECKING:
@@ -138,7 +138,7 @@ class WorkerHooks:
     """Fault-injection points. ``after_provider_call(row_id)`` runs after the provider answered and
     before the row is marked; raising there is a worker crash (the claim transaction rolls back)."""
 
-    after_provider_call: list[Callable[[int], Awaitable[None] | None]] = field(default_factory=list)
+    after_provider_call: list[Hook] = field(default_factory=list)
 
 
 class UnknownTopic(Exception):
@@ -232,10 +232,7 @@ class OutboxWorker:
             else:
                 raise UnknownTopic(f"no dispatcher for outbox topic {topic!r}")
             stats.reconciled += found
-            for hook in self.hooks.after_provider_call:
-                result = hook(row_id)
-                if result is not None:
-                    await result
+            await run_hooks(self.hooks.after_provider_call, row_id)
         except (IdempotencyConflict, UnknownTopic, MalformedPayload) as exc:
             log.error("outbox row %s parked: %s", row_id, exc)
             await conn.execute(MARK_DEAD, (_error_text(f"parked for a human: {exc}"), row_id))

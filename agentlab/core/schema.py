@@ -1,39 +1,40 @@
-"""The schema as an append-only migration list, and the template every fresh database copies.
+"""The core schema as an append-only migration list, and how any list of migrations is applied.
 
-Rules (as langgraph-checkpoint-postgres does it): a migration's position in :data:`MIGRATIONS` is its
-version, stored in ``schema_migrations``; an entry is never edited or reordered, only appended.
+The core holds what the domain-agnostic pattern needs: the idempotency ledger (``tool_executions``), the
+transactional outbox, the events table, the tenant each thread belongs to, the state of sagas, jobs and
+approval requests, the simulated provider's records (schema ``provider``) and notification sink's
+(``notify``), and the empty ``lax`` schema. A domain brings its own tables as its own migrations
+(:class:`agentlab.core.domain.Domain`); billing's live in :mod:`agentlab.domains.billing.schema`.
 
-Two copies of the business tables exist so that the ``constraints`` safeguard can be switched off by
-a real mechanism: ``public`` holds them with every CHECK, UNIQUE and FOREIGN KEY; ``lax`` holds the
-same columns with NOT NULL only (``CREATE TABLE ... (LIKE ... INCLUDING DEFAULTS)``). A batch picks
-one with ``search_path``. Both share the id sequences, so an id names one row across both.
-The ledger, the outbox and the events table live in ``public`` only; the fake payment provider keeps
-its records in its own schema ``provider``, the fake notification sink in ``notify``.
+Rules (as langgraph-checkpoint-postgres does it): a migration's position in its list is its version; an
+entry is never edited or reordered, only appended. ``schema_migrations`` records each applied one with
+its owner (``core`` or a domain's name) and the SHA-256 of its SQL, so a database whose recorded
+migrations differ from the code's (an entry edited after it was applied, a list that shrank, a database
+made by an earlier layout) is refused with one line, never silently migrated (:func:`apply_migrations`).
 
-Least privilege and tenant isolation (migration 4, see :mod:`agentlab.lab.tenancy`): a cluster-wide
-``NOLOGIN`` role :data:`AGENT_ROLE` holds only what the tools need in ``public`` (read the business
-tables, insert invoices / credit memos / refunds, update a customer's credit, insert and read the
-ledger, insert into the outbox); row-level security on the four business tables in ``public`` shows
-that role only the rows of the tenant in the setting :data:`TENANT_SETTING`; later migrations put the
-ledger and ``thread_tenants`` (a thread's tenant, bound by its first batch) under the same rule. The
-``lax`` copy gets neither: isolation needs ``constraints=True``.
+The ``constraints`` safeguard is switched off by a real mechanism: a domain may keep a copy of its tables
+in ``lax`` with NOT NULL only (``CREATE TABLE ... (LIKE ... INCLUDING DEFAULTS)``), and a batch picks the
+strict (``public``) or the lax copy with ``search_path``.
+
+Least privilege and tenant isolation (see :mod:`agentlab.lab.tenancy`): a cluster-wide ``NOLOGIN`` role
+:data:`AGENT_ROLE` holds only what the tools need: here, insert and read the ledger, insert into the
+outbox and bind a thread's tenant; each domain grants it its own tables. Row-level security shows that
+role only the rows of the tenant in the setting :data:`TENANT_SETTING` (:data:`TENANT_PREDICATE`).
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
+from dataclasses import dataclass
 from importlib import metadata
-from pathlib import Path
 
 import psycopg
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data"
-SEED_CUSTOMERS_CSV = DATA_DIR / "customers.csv"
+from agentlab.core.errors import DomainError
 
 STRICT_SCHEMA = "public"
 LAX_SCHEMA = "lax"
-BUSINESS_TABLES = ("customers", "invoices", "credit_memos", "refunds")
+CORE = "core"  # the owner name of the core's own migrations in schema_migrations
 AGENT_ROLE = "agentlab_agent"  # cluster-wide; the tools node runs tool SQL as this role under isolation
 TENANT_SETTING = "agentlab.tenant_id"  # custom setting the row-level security policies read
 
@@ -71,70 +72,36 @@ $$;
 # Visible to the agent role: rows of the tenant named by the setting (no setting, no rows).
 TENANT_PREDICATE = f"tenant_id = nullif(current_setting('{TENANT_SETTING}', true), '')"
 
+
 CREATE_MIGRATIONS_TABLE = """
-CREATE TABLE IF NOT EXISTS schema_migrations (
-    version    integer PRIMARY KEY,
+CREATE TABLE IF NOT EXISTS public.schema_migrations (
+    owner      text NOT NULL,
+    version    integer NOT NULL,
     name       text NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now()
+    checksum   text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (owner, version)
 )
 """
+APPLIED_MIGRATIONS = "SELECT version, name, checksum FROM public.schema_migrations WHERE owner = %s ORDER BY version"
+RECORD_MIGRATION = "INSERT INTO public.schema_migrations (owner, version, name, checksum) VALUES (%s, %s, %s, %s)"
 
-MIGRATIONS: list[tuple[str, str]] = [
-    (
-        "business tables with their constraints",
-        """
-        CREATE SEQUENCE customers_id_seq;
-        CREATE TABLE customers (
-            id           bigint PRIMARY KEY DEFAULT nextval('customers_id_seq'),
-            tenant_id    text NOT NULL,
-            name         text NOT NULL,
-            email        text,
-            credit_cents bigint NOT NULL DEFAULT 0
-                         CONSTRAINT customers_credit_nonnegative CHECK (credit_cents >= 0),
-            created_at   timestamptz NOT NULL DEFAULT now()
-        );
-        CREATE SEQUENCE invoices_id_seq;
-        CREATE TABLE invoices (
-            id             bigint PRIMARY KEY DEFAULT nextval('invoices_id_seq'),
-            tenant_id      text NOT NULL,
-            customer_id    bigint NOT NULL CONSTRAINT invoices_customer_fk REFERENCES customers (id),
-            billing_period date NOT NULL,
-            amount_cents   bigint NOT NULL CONSTRAINT invoices_amount_positive CHECK (amount_cents > 0),
-            status         text NOT NULL DEFAULT 'open'
-                           CONSTRAINT invoices_status_valid CHECK (status IN ('open', 'paid', 'void')),
-            created_at     timestamptz NOT NULL DEFAULT now(),
-            CONSTRAINT invoices_one_per_period UNIQUE (customer_id, billing_period)
-        );
-        CREATE SEQUENCE credit_memos_id_seq;
-        CREATE TABLE credit_memos (
-            id           bigint PRIMARY KEY DEFAULT nextval('credit_memos_id_seq'),
-            tenant_id    text NOT NULL,
-            customer_id  bigint NOT NULL CONSTRAINT credit_memos_customer_fk REFERENCES customers (id),
-            reference    text NOT NULL,
-            amount_cents bigint NOT NULL CONSTRAINT credit_memos_amount_positive CHECK (amount_cents > 0),
-            reason       text NOT NULL DEFAULT '',
-            invoice_id   bigint CONSTRAINT credit_memos_invoice_fk REFERENCES invoices (id),
-            created_at   timestamptz NOT NULL DEFAULT now(),
-            CONSTRAINT credit_memos_one_per_reference UNIQUE (customer_id, reference)
-        );
-        CREATE SEQUENCE refunds_id_seq;
-        CREATE TABLE refunds (
-            id           bigint PRIMARY KEY DEFAULT nextval('refunds_id_seq'),
-            tenant_id    text NOT NULL,
-            customer_id  bigint NOT NULL CONSTRAINT refunds_customer_fk REFERENCES customers (id),
-            reference    text NOT NULL,
-            amount_cents bigint NOT NULL CONSTRAINT refunds_amount_positive CHECK (amount_cents > 0),
-            status       text NOT NULL DEFAULT 'queued'
-                         CONSTRAINT refunds_status_valid CHECK (status IN ('queued', 'sent')),
-            created_at   timestamptz NOT NULL DEFAULT now(),
-            CONSTRAINT refunds_one_per_reference UNIQUE (customer_id, reference)
-        );
-        CREATE INDEX invoices_customer ON invoices (customer_id);
-        CREATE INDEX credit_memos_customer ON credit_memos (customer_id);
-        CREATE INDEX refunds_customer ON refunds (customer_id);
-        """,
-    ),
-    (
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema change: a name and its SQL. Its position in its list is its version; ``checksum`` (the
+    SHA-256 of the stripped SQL) is recorded when it is applied."""
+
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.strip().encode()).hexdigest()
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
         "idempotency ledger, transactional outbox, events",
         """
         CREATE TABLE tool_executions (
@@ -182,7 +149,7 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX events_thread ON events (thread_id, id);
         """,
     ),
-    (
+    Migration(
         "fake payment provider's own records",
         """
         CREATE SCHEMA provider;
@@ -206,55 +173,24 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
-    (
-        "lax copies of the business tables (no CHECK, UNIQUE or FOREIGN KEY) for the naive presets",
+    Migration(
+        "the lax schema: where a domain keeps copies of its tables without constraints, for the naive presets",
         """
         CREATE SCHEMA lax;
-        CREATE TABLE lax.customers    (LIKE public.customers    INCLUDING DEFAULTS);
-        CREATE TABLE lax.invoices     (LIKE public.invoices     INCLUDING DEFAULTS);
-        CREATE TABLE lax.credit_memos (LIKE public.credit_memos INCLUDING DEFAULTS);
-        CREATE TABLE lax.refunds      (LIKE public.refunds      INCLUDING DEFAULTS);
-        CREATE INDEX lax_customers_id ON lax.customers (id);
-        CREATE INDEX lax_invoices_customer ON lax.invoices (customer_id);
-        CREATE INDEX lax_credit_memos_customer ON lax.credit_memos (customer_id);
-        CREATE INDEX lax_refunds_customer ON lax.refunds (customer_id);
         """,
     ),
-    (
-        "least-privilege agent role and row-level security by tenant on the business tables",
+    Migration(
+        "least-privilege agent role: the ledger and the outbox (a domain grants its own tables)",
         ENSURE_ROLE.format(role=AGENT_ROLE)
         + f"""
         REVOKE CREATE ON SCHEMA public FROM PUBLIC;
         GRANT USAGE ON SCHEMA public TO {AGENT_ROLE};
-        GRANT SELECT ON public.customers, public.invoices, public.credit_memos, public.refunds TO {AGENT_ROLE};
-        GRANT UPDATE (credit_cents) ON public.customers TO {AGENT_ROLE};
-        GRANT INSERT ON public.invoices, public.credit_memos, public.refunds TO {AGENT_ROLE};
-        GRANT USAGE ON SEQUENCE public.invoices_id_seq, public.credit_memos_id_seq, public.refunds_id_seq
-            TO {AGENT_ROLE};
         GRANT SELECT, INSERT ON public.tool_executions TO {AGENT_ROLE};
         GRANT INSERT ON public.outbox TO {AGENT_ROLE};
         GRANT SELECT (id, dedupe_key) ON public.outbox TO {AGENT_ROLE};  -- RETURNING id, ON CONFLICT (dedupe_key)
-
-        ALTER TABLE public.customers ENABLE ROW LEVEL SECURITY;
-        ALTER TABLE public.invoices ENABLE ROW LEVEL SECURITY;
-        ALTER TABLE public.credit_memos ENABLE ROW LEVEL SECURITY;
-        ALTER TABLE public.refunds ENABLE ROW LEVEL SECURITY;
-        CREATE POLICY customers_tenant ON public.customers TO {AGENT_ROLE}
-            USING ({TENANT_PREDICATE}) WITH CHECK ({TENANT_PREDICATE});
-        CREATE POLICY invoices_tenant ON public.invoices TO {AGENT_ROLE}
-            USING ({TENANT_PREDICATE}) WITH CHECK ({TENANT_PREDICATE});
-        CREATE POLICY refunds_tenant ON public.refunds TO {AGENT_ROLE}
-            USING ({TENANT_PREDICATE}) WITH CHECK ({TENANT_PREDICATE});
-        -- a memo may name only an invoice the tenant can see: the foreign key check runs as the table
-        -- owner (no row security), so without this a memo could point at another tenant's invoice and
-        -- its success or failure would tell whether that invoice exists
-        CREATE POLICY credit_memos_tenant ON public.credit_memos TO {AGENT_ROLE}
-            USING ({TENANT_PREDICATE})
-            WITH CHECK ({TENANT_PREDICATE} AND (credit_memos.invoice_id IS NULL OR EXISTS (
-                SELECT 1 FROM public.invoices i WHERE i.id = credit_memos.invoice_id)));
         """,
     ),
-    (
+    Migration(
         "sagas: runs, steps with their compensations, a journal, compensation needed by a person",
         """
         CREATE TABLE saga_runs (
@@ -320,7 +256,7 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE UNIQUE INDEX compensation_needed_one_open_per_run ON compensation_needed (run_id) WHERE status = 'open';
         """,
     ),
-    (
+    Migration(
         "job state: one live job per key, a result exactly when succeeded",
         """
         CREATE TABLE jobs (
@@ -345,7 +281,7 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE UNIQUE INDEX jobs_one_live_per_key ON jobs (job_key) WHERE status <> 'failed';
         """,
     ),
-    (
+    Migration(
         "human approval requests: one per batch, keyed by thread, node and super-step",
         """
         CREATE TABLE approval_requests (
@@ -365,7 +301,7 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX approval_requests_thread ON approval_requests (thread_id);
         """,
     ),
-    (
+    Migration(
         "fake notification sink's own records",
         """
         CREATE SCHEMA notify;
@@ -381,7 +317,7 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX notify_messages_reference ON notify.messages (reference);
         """,
     ),
-    (
+    Migration(
         "events: kind (node execution, tool call, note), super-step, start time, token counts",
         """
         ALTER TABLE events
@@ -393,22 +329,7 @@ MIGRATIONS: list[tuple[str, str]] = [
             ADD COLUMN output_tokens integer;
         """,
     ),
-    (
-        "tenant-scoped foreign keys: a row's tenant must be its customer's (and its invoice's) tenant",
-        """
-        ALTER TABLE public.customers ADD CONSTRAINT customers_tenant_id_unique UNIQUE (tenant_id, id);
-        ALTER TABLE public.invoices ADD CONSTRAINT invoices_tenant_id_unique UNIQUE (tenant_id, id);
-        ALTER TABLE public.invoices ADD CONSTRAINT invoices_customer_tenant_fk
-            FOREIGN KEY (tenant_id, customer_id) REFERENCES public.customers (tenant_id, id);
-        ALTER TABLE public.credit_memos ADD CONSTRAINT credit_memos_customer_tenant_fk
-            FOREIGN KEY (tenant_id, customer_id) REFERENCES public.customers (tenant_id, id);
-        ALTER TABLE public.credit_memos ADD CONSTRAINT credit_memos_invoice_tenant_fk
-            FOREIGN KEY (tenant_id, invoice_id) REFERENCES public.invoices (tenant_id, id);
-        ALTER TABLE public.refunds ADD CONSTRAINT refunds_customer_tenant_fk
-            FOREIGN KEY (tenant_id, customer_id) REFERENCES public.customers (tenant_id, id);
-        """,
-    ),
-    (
+    Migration(
         "ledger key: tenant, thread, call id and occurrence as one JSON array; row-level security by tenant",
         f"""
         ALTER TABLE tool_executions
@@ -425,7 +346,7 @@ MIGRATIONS: list[tuple[str, str]] = [
             USING ({TENANT_PREDICATE}) WITH CHECK ({TENANT_PREDICATE});
         """,
     ),
-    (
+    Migration(
         "the tenant each thread belongs to, bound by its first batch (replay with LangGraph's own config)",
         f"""
         CREATE TABLE thread_tenants (
@@ -439,94 +360,87 @@ MIGRATIONS: list[tuple[str, str]] = [
             USING ({TENANT_PREDICATE}) WITH CHECK ({TENANT_PREDICATE});
         """,
     ),
-    (
+    Migration(
         "saga runs: the owner token (a fencing token) of the runner that claimed the run",
         """
         ALTER TABLE saga_runs ADD COLUMN owner_token uuid;
         """,
     ),
-    (
-        "a credit memo's invoice must be its customer's invoice: a composite foreign key (and the policy)",
-        f"""
-        ALTER TABLE public.invoices ADD CONSTRAINT invoices_customer_id_unique UNIQUE (customer_id, id);
-        ALTER TABLE public.credit_memos ADD CONSTRAINT credit_memos_invoice_customer_fk
-            FOREIGN KEY (customer_id, invoice_id) REFERENCES public.invoices (customer_id, id);
-        -- under row security, the same refusal (42501) for another customer's invoice as for none at all
-        DROP POLICY credit_memos_tenant ON public.credit_memos;
-        CREATE POLICY credit_memos_tenant ON public.credit_memos TO {AGENT_ROLE}
-            USING ({TENANT_PREDICATE})
-            WITH CHECK ({TENANT_PREDICATE} AND (credit_memos.invoice_id IS NULL OR EXISTS (
-                SELECT 1 FROM public.invoices i
-                WHERE i.id = credit_memos.invoice_id AND i.customer_id = credit_memos.customer_id)));
-        """,
-    ),
-    (
+    Migration(
         "outbox: pending rows by thread, for delivering a thread's messages in order",
         """
         CREATE INDEX outbox_pending_thread ON outbox (thread_id, id) WHERE status = 'pending';
         """,
     ),
-    (
+    Migration(
         "approval requests: the interrupt at which a request was shown (an answer binds to it)",
         """
         ALTER TABLE approval_requests ADD COLUMN shown_at integer;
         """,
-    ),
-]
-
-INSERT_SEED_CUSTOMER = (
-    "INSERT INTO {schema}.customers (id, tenant_id, name, email, credit_cents) VALUES (%s, %s, %s, %s, %s)"
-)
-RESET_CUSTOMER_SEQUENCE = "SELECT setval('customers_id_seq', (SELECT max(id) FROM public.customers))"
+    ),)
 
 
 def fingerprint() -> str:
-    """A string that changes whenever the template's content would: migrations, seed data, saver."""
-    parts = [sql for _, sql in MIGRATIONS]
-    parts.append(SEED_CUSTOMERS_CSV.read_text() if SEED_CUSTOMERS_CSV.exists() else "")
+    """A string that changes whenever the core template's content would: its migrations and the saver."""
+    parts = [m.checksum for m in MIGRATIONS]
     parts.append(metadata.version("langgraph-checkpoint-postgres"))
     return hashlib.sha256("\n--\n".join(parts).encode()).hexdigest()
 
 
-def migrate(conn: psycopg.Connection) -> list[int]:
-    """Apply the migrations ``conn``'s database lacks, each in its own transaction; return their versions."""
-    applied: list[int] = []
+def applied_checksums(conn: psycopg.Connection, owner: str) -> list[str]:
+    """The checksums ``schema_migrations`` records for ``owner`` (``core`` or a domain's name), by version."""
+    return [checksum for _, _, checksum in conn.execute(APPLIED_MIGRATIONS, (owner,)).fetchall()]
+
+
+def apply_migrations(conn: psycopg.Connection, owner: str, migrations) -> list[int]:
+    """Apply the entries of ``migrations`` (a sequence of :class:`Migration`) that ``conn``'s database
+    (a sync connection, autocommit) lacks for ``owner``, each in its own transaction; return their versions.
+
+    Raises:
+        DomainError: an applied migration's SQL differs from the one recorded (an entry was edited, or the
+            list reordered), the database holds more of ``owner``'s migrations than the list, or its
+            ``schema_migrations`` has an earlier layout (a database made by an earlier agentlab).
+    """
     with conn.transaction():
         conn.execute(CREATE_MIGRATIONS_TABLE)
-    done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations").fetchall()}
-    for version, (name, ddl) in enumerate(MIGRATIONS):
+    try:
+        with conn.transaction():
+            done = {v: (name, checksum) for v, name, checksum in conn.execute(APPLIED_MIGRATIONS, (owner,)).fetchall()}
+    except psycopg.errors.UndefinedColumn:
+        raise DomainError("this database was migrated by an earlier agentlab (its schema_migrations records no "
+                          "checksums); make a fresh one (`python -m agentlab db reset` drops the kit's databases)"
+                          ) from None
+    who = "the core schema" if owner == CORE else f"domain {owner!r}"
+    for version, (name, checksum) in sorted(done.items()):
+        if version >= len(migrations):
+            raise DomainError(f"{who}: the database holds migration {version} ({name!r}), which the code no "
+                              "longer lists; migrations are append-only")
+        if migrations[version].checksum != checksum:
+            raise DomainError(f"{who}: migration {version} ({name!r}) was edited after it was applied; "
+                              "migrations are append-only: add a new one instead")
+    applied = []
+    for version, m in enumerate(migrations):
         if version in done:
             continue
         with conn.transaction():
-            conn.execute(ddl)
-            conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (version, name))
+            conn.execute(m.sql)
+            conn.execute(RECORD_MIGRATION, (owner, version, m.name, m.checksum))
         applied.append(version)
     return applied
 
 
-def seed_rows() -> list[dict]:
-    """The seed customers from ``data/customers.csv`` (id, tenant_id, name, email, credit_cents)."""
-    with SEED_CUSTOMERS_CSV.open(newline="") as fh:
-        return [
-            {**row, "id": int(row["id"]), "credit_cents": int(row["credit_cents"])} for row in csv.DictReader(fh)
-        ]
+def migrate(conn: psycopg.Connection) -> list[int]:
+    """Apply the core migrations ``conn``'s database lacks (see :func:`apply_migrations`)."""
+    return apply_migrations(conn, CORE, MIGRATIONS)
 
 
 def build_template(url: str) -> None:
-    """Migrate, seed and set up the checkpointer's tables in the database at ``url``."""
+    """Migrate the database at ``url`` with the core list and set up the checkpointer's tables."""
     from langgraph.checkpoint.postgres import PostgresSaver
     from psycopg.rows import dict_row
 
     with psycopg.connect(url, autocommit=True) as conn:
         migrate(conn)
-        with conn.transaction():
-            for schema in (STRICT_SCHEMA, LAX_SCHEMA):
-                for row in seed_rows():
-                    conn.execute(
-                        INSERT_SEED_CUSTOMER.format(schema=schema),
-                        (row["id"], row["tenant_id"], row["name"], row["email"], row["credit_cents"]),
-                    )
-            conn.execute(RESET_CUSTOMER_SEQUENCE)
     # The saver's setup() needs an autocommit connection with dict rows (case C11).
     with psycopg.connect(url, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
         PostgresSaver(conn).setup()

@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -61,6 +61,7 @@ from agentlab.core.messages import (
     occurrences, with_call_ids,
 )
 from agentlab.core.events import EventLog
+from agentlab.core.hooks import Hook, run_hooks
 from agentlab.core.safeguards import Policy, Safeguards
 from agentlab.core.schema import STRICT_SCHEMA
 from agentlab.core.isolation import TenantMismatch, isolation_prelude, require_tenant
@@ -153,9 +154,6 @@ class BatchResult:
         return sum(r.outcome is outcome for r in self.results)
 
 
-Hook = Callable[..., Awaitable[None] | None]
-
-
 @dataclass
 class NodeHooks:
     """Fault-injection points (used by :mod:`agentlab.lab.faults` and the tests).
@@ -167,13 +165,6 @@ class NodeHooks:
     before_call: list[Hook] = field(default_factory=list)
     after_call: list[Hook] = field(default_factory=list)
     after_commit: list[Hook] = field(default_factory=list)
-
-
-async def _run_hooks(hooks: list[Hook], *args: Any) -> None:
-    for hook in list(hooks):
-        result = hook(*args)
-        if result is not None:
-            await result
 
 
 def _not_applied(index: int, call_id: str, tool: str, reason: str) -> CallResult:
@@ -335,7 +326,7 @@ class TransactionalToolsNode:
                 else:
                     await self._run_autocommit(runnable, results, ran_ok, thread_id, tenant_id, attempt)
                 if ran_ok and not rolled_back:
-                    await _run_hooks(self.hooks.after_commit, list(tool_calls))
+                    await run_hooks(self.hooks.after_commit, list(tool_calls))
             except Exception as exc:
                 tr = translate(exc, sanitize=sg.sanitize)
                 if not tr.infrastructure:
@@ -421,7 +412,7 @@ class TransactionalToolsNode:
                         pending[c.index] = result  # reported only after COMMIT returns
                         ran_ok.add(c.index)
                         if self.hooks.after_call:
-                            await _run_hooks(self.hooks.after_call, c, c.index)
+                            await run_hooks(self.hooks.after_call, c, c.index)
                         continue
                     results[c.index] = result
                     if result.outcome is Outcome.FAILED and sg.policy is Policy.ATOMIC:
@@ -467,7 +458,7 @@ class TransactionalToolsNode:
                     if result.outcome is Outcome.APPLIED:
                         ran_ok.add(c.index)
                         if self.hooks.after_call:
-                            await _run_hooks(self.hooks.after_call, c, c.index)
+                            await run_hooks(self.hooks.after_call, c, c.index)
                     else:
                         aborted = True  # the transaction may be aborted; later calls then meet 25P02
                 in_error = conn.info.transaction_status is TransactionStatus.INERROR
@@ -507,7 +498,7 @@ class TransactionalToolsNode:
         ``savepoint``, rolled back on failure): APPLIED, or FAILED with its translated reason. An
         infrastructure error is raised (the graph's retry policy decides)."""
         if self.hooks.before_call:
-            await _run_hooks(self.hooks.before_call, c, c.index)
+            await run_hooks(self.hooks.before_call, c, c.index)
         t0 = time.perf_counter()
         ctx = ToolContext(thread_id, c.call_id, self.safeguards, self.provider, tenant_id)
         try:
@@ -576,7 +567,7 @@ class TransactionalToolsNode:
             try:
                 for c in runnable:
                     if self.hooks.before_call:
-                        await _run_hooks(self.hooks.before_call, c, c.index)
+                        await run_hooks(self.hooks.before_call, c, c.index)
                     t0 = time.perf_counter()
                     ctx = ToolContext(thread_id, c.call_id, sg, self.provider, tenant_id)
                     try:
@@ -593,7 +584,7 @@ class TransactionalToolsNode:
                                                   result_content(result), result=result, latency_ms=latency)
                     ran_ok.add(c.index)
                     if self.hooks.after_call:
-                        await _run_hooks(self.hooks.after_call, c, c.index)
+                        await run_hooks(self.hooks.after_call, c, c.index)
             finally:
                 if sg.schema != STRICT_SCHEMA and not conn.closed:
                     try:

@@ -25,9 +25,7 @@ async def episode_report(h: Harness, ep) -> dict[str, Any]:
 def report(ep, state: dict, outbox: dict, *, wall_s: float, database: str | None = None) -> dict[str, Any]:
     """The demo's JSON: counts from the database and the provider, and the steps from the messages."""
     customers = state["customers"]
-    return {
-        "scenario": ep.scenario,
-        "preset": ep.preset,
+    return _episode_fields(ep, outbox, wall_s, database, {
         "credit_memos": sum(c["credit_memos"] for c in customers),
         "invoices": sum(c["invoices"] for c in customers),
         "refunds": sum(c["refunds"] for c in customers),
@@ -37,6 +35,22 @@ def report(ep, state: dict, outbox: dict, *, wall_s: float, database: str | None
         },
         "provider_charges": sum(c["provider_charges"] for c in customers),
         "provider_refunds": sum(c["provider_refunds"] for c in customers),
+    })
+
+
+def domain_report(ep, domain: str, violations: list, outbox: dict, *, wall_s: float,
+                  database: str | None = None) -> dict[str, Any]:
+    """The JSON of a demo on a domain other than billing: the steps, the outbox, and each violation of the
+    generic invariants and the domain's own (``kind`` and ``detail``; an empty list when all hold)."""
+    return _episode_fields(ep, outbox, wall_s, database, {
+        "domain": domain, "violations": [{"kind": v.kind, "detail": v.detail} for v in violations]})
+
+
+def _episode_fields(ep, outbox: dict, wall_s: float, database: str | None, state: dict) -> dict[str, Any]:
+    return {
+        "scenario": ep.scenario,
+        "preset": ep.preset,
+        **state,
         "rollbacks": ep.rollbacks_total,
         "escalated": ep.escalated,
         "tool_calls": sum(len(m.tool_calls) for m in ep.messages if isinstance(m, AIMessage)),
@@ -57,6 +71,47 @@ def render_episode(rep: dict, *, timing: bool = True, intro: list[str] | tuple[s
              f"  {PRESET_NOTES.get(rep['preset'], '')}", ""]
     if intro:
         lines += [*intro, ""]
+    lines += _story_lines(rep)
+    lines.append("Final state (read from the database and the provider):")
+    lines.append(f"  credit memos      {rep['credit_memos']}")
+    lines.append(f"  invoices          {rep['invoices']}")
+    for cid, b in rep["balance_cents"].items():
+        lines.append(f"  credit balance    customer {cid}: {b['opening']} -> {b['final']} cents")
+    lines.append(f"  provider charges  {rep['provider_charges']}")
+    lines.append(f"  provider refunds  {rep['provider_refunds']}")
+    lines += _closing_lines(rep, timing)
+    return "\n".join(lines)
+
+
+def render_domain_episode(rep: dict, *, timing: bool = True) -> str:
+    """The human-readable account of a :func:`domain_report`."""
+    lines = [f"agentlab demo: domain '{rep['domain']}', scenario '{rep['scenario']}', preset '{rep['preset']}'",
+             f"  {PRESET_NOTES.get(rep['preset'], '')}", ""]
+    lines += _story_lines(rep)
+    if rep["violations"]:
+        lines.append(f"Invariants (read from the database and the provider): {len(rep['violations'])} violation(s)")
+        lines += [f"  {v['kind']:<17} {shorten(v['detail'])}" for v in rep["violations"]]
+    else:
+        lines.append("Invariants (read from the database and the provider): all hold")
+    lines += ["", "The run:"]
+    lines += _closing_lines(rep, timing)
+    return "\n".join(lines)
+
+
+def _closing_lines(rep: dict, timing: bool) -> list[str]:
+    lines = [f"  rollbacks         {rep['rollbacks']}",
+             (f"  tool messages     {rep['tool_messages']} for {rep['tool_calls']} tool calls "
+              f"({rep['unanswered_tool_calls']} unanswered)")]
+    if timing:
+        lines.append(f"  wall time         {rep['wall_s']:.2f} s")
+    return lines + kept_lines(rep.get("database"), label_width=18)
+
+
+
+
+def _story_lines(rep: dict) -> list[str]:
+    """The steps (each call, its outcome and its answer), an error or escalation, and the outbox line."""
+    lines: list[str] = []
     for n, step in enumerate(rep["steps"], 1):
         lines.append(f"Step {n}: the model sends {len(step['calls'])} tool call(s) in one message")
         for c in step["calls"]:
@@ -75,20 +130,7 @@ def render_episode(rep: dict, *, timing: bool = True, intro: list[str] | tuple[s
     ob = rep["outbox"]
     lines.append(f"Outbox: {ob['dispatched']} dispatched, {ob['pending']} pending, {ob['dead_letter']} dead letter")
     lines.append("")
-    lines.append("Final state (read from the database and the provider):")
-    lines.append(f"  credit memos      {rep['credit_memos']}")
-    lines.append(f"  invoices          {rep['invoices']}")
-    for cid, b in rep["balance_cents"].items():
-        lines.append(f"  credit balance    customer {cid}: {b['opening']} -> {b['final']} cents")
-    lines.append(f"  provider charges  {rep['provider_charges']}")
-    lines.append(f"  provider refunds  {rep['provider_refunds']}")
-    lines.append(f"  rollbacks         {rep['rollbacks']}")
-    lines.append(f"  tool messages     {rep['tool_messages']} for {rep['tool_calls']} tool calls "
-                 f"({rep['unanswered_tool_calls']} unanswered)")
-    if timing:
-        lines.append(f"  wall time         {rep['wall_s']:.2f} s")
-    lines += kept_lines(rep.get("database"), label_width=18)
-    return "\n".join(lines)
+    return lines
 
 
 SHORTENED_MARK = " [...]"

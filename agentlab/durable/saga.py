@@ -55,6 +55,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from agentlab.core.errors import AgentlabError, is_infrastructure
+from agentlab.core.hooks import Hook, run_hooks
 
 log = logging.getLogger(__name__)
 
@@ -192,9 +193,6 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, Exception) and is_infrastructure(exc)
 
 
-Hook = Callable[..., Awaitable[None] | None]
-
-
 @dataclass
 class SagaHooks:
     """Fault-injection points. ``after_step(position, name)`` after a step committed;
@@ -204,13 +202,6 @@ class SagaHooks:
     after_step: list[Hook] = field(default_factory=list)
     after_failure: list[Hook] = field(default_factory=list)
     before_compensation: list[Hook] = field(default_factory=list)
-
-
-async def _run_hooks(hooks: list[Hook], *args: Any) -> None:
-    for hook in list(hooks):
-        result = hook(*args)
-        if result is not None:
-            await result
 
 
 # --------------------------------------------------------------------------- SQL
@@ -458,7 +449,7 @@ class SagaRunner:
                                                          detail=(f"transient; retry in {delay:.3f} s" if retry else
                                                                  "transient; attempts exhausted" if transient else
                                                                  "permanent"))
-                    await _run_hooks(self.hooks.after_failure, pos, attempt, exc)
+                    await run_hooks(self.hooks.after_failure, pos, attempt, exc)
                     if retry:
                         await asyncio.sleep(delay)
                         continue
@@ -470,7 +461,7 @@ class SagaRunner:
                         return None
                     return pos
                 results[step.name] = result
-                await _run_hooks(self.hooks.after_step, pos, step.name)
+                await run_hooks(self.hooks.after_step, pos, step.name)
                 break
         await self._set_run(run, RunStatus.COMPLETED, "forward", None, None, "finished", expect=RunStatus.RUNNING)
         return None
@@ -546,7 +537,7 @@ class SagaRunner:
             tries = 0
             while True:
                 tries += 1
-                await _run_hooks(self.hooks.before_compensation, pos, step.name)
+                await run_hooks(self.hooks.before_compensation, pos, step.name)
                 try:
                     await self._compensate(run, pos, step, row, results, tries)
                     break

@@ -28,14 +28,13 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import platformdirs
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-from typing import TYPE_CHECKING
 
 from agentlab.core.errors import AgentlabError
 from agentlab.core.redact import redact
@@ -384,24 +383,54 @@ def admin_connection():
 
 # --------------------------------------------------------------------------- databases
 
-def template_name(domain: "Domain | None" = None) -> str:
-    """Name of the template database for the current migration list (changes when it changes), or of
-    ``domain``'s template (the core template plus the domain's migrations and seed) when it has any."""
+def template_name(domain: Domain | str | None = None) -> str:
+    """Name of ``domain``'s template database (default: billing), a copy of the core template (see
+    :func:`core_template_name`) plus the domain's migrations and seed; the core template's own name for a
+    domain with neither. Both names carry digests of what built them, so they change when it changes."""
+    core = core_template_name()
+    domain = _domain(domain)
+    if not (domain.migrations or domain.seed is not None):
+        return core
+    return f"{core}_{domain.name[:16]}_{domain.fingerprint()[:8]}"
+
+
+def core_template_name() -> str:
+    """Name of the core template database: the core migrations and the checkpointer's tables."""
     from agentlab.core import schema
 
-    digest = hashlib.sha256(schema.fingerprint().encode()).hexdigest()[:10]
-    if domain is not None and (domain.migrations or domain.seed is not None):
-        return f"{DB_PREFIX}tpl_{digest}_{domain.name[:16]}_{domain.fingerprint()[:8]}"
-    return f"{DB_PREFIX}tpl_{digest}"
+    return f"{DB_PREFIX}tpl_{schema.fingerprint()[:10]}"
 
 
-def ensure_template(domain: "Domain | None" = None) -> str:
-    """Build the template database (once per server and migration list; concurrent callers wait for
-    one build) and, for ``domain`` with migrations or seed data, its own template on top; return its name.
+def _domain(domain: Domain | str | None) -> Domain:
+    from agentlab.runtime.domains import resolve_domain
+
+    return resolve_domain(domain)
+
+
+def template_fingerprint(domain: Domain | str | None = None, *, core: bool = False) -> str:
+    """What a template must have been built from to be reused (stored as its comment when it is built):
+    the core fingerprint (its migrations' checksums and the saver's version) and, unless ``core``, the
+    domain's (its migrations' checksums and its seed; default domain billing)."""
+    from agentlab.core import schema
+
+    parts = [schema.fingerprint()]
+    if not core:
+        domain = _domain(domain)
+        if domain.migrations or domain.seed is not None:
+            parts.append(domain.fingerprint())
+    return "agentlab template " + hashlib.sha256(":".join(parts).encode()).hexdigest()
+
+
+def ensure_template(domain: Domain | str | None = None) -> str:
+    """Build the core template (once per server and migration list; concurrent callers wait for one
+    build) and ``domain``'s template on top of it (default: billing); return the domain's template name.
 
     Safe across processes: builds are serialized by an advisory lock and a half-built template is
     built under another name and renamed only when complete. It is marked ``IS_TEMPLATE``, so any
-    role with ``CREATEDB`` on a shared server can copy it, whoever built it.
+    role with ``CREATEDB`` on a shared server can copy it, whoever built it. A template is reused only
+    when its comment holds :func:`template_fingerprint` (written once its recorded migrations were read
+    back and matched the code's checksums); one that does not is stale: it is dropped and rebuilt, with
+    a warning in the log, never silently reused.
 
     Raises:
         DatabaseUnavailable: no server, or the role may not create databases.
@@ -409,14 +438,17 @@ def ensure_template(domain: "Domain | None" = None) -> str:
     """
     from agentlab.core import schema
 
-    core = _ensure(template_name(), None, schema.build_template)
+    domain = _domain(domain)
+    core = _ensure(core_template_name(), None, schema.build_template, template_fingerprint(core=True),
+                   [(schema.CORE, schema.MIGRATIONS)])
     name = template_name(domain)
     if name == core:
         return core
-    return _ensure(name, core, lambda url: _build_domain_template(url, domain))
+    return _ensure(name, core, lambda url: _build_domain_template(url, domain), template_fingerprint(domain),
+                   [(schema.CORE, schema.MIGRATIONS), (domain.name, domain.migrations)])
 
 
-def _build_domain_template(url: str, domain: "Domain") -> None:
+def _build_domain_template(url: str, domain: Domain) -> None:
     from agentlab.core.domain import migrate_domain
 
     with psycopg.connect(url, autocommit=True) as conn:
@@ -427,23 +459,54 @@ def _build_domain_template(url: str, domain: "Domain") -> None:
         conn.execute("ANALYZE")
 
 
-def _ensure(name: str, source: str | None, build) -> str:
-    """Create template database ``name`` (empty, or a copy of template ``source``) with ``build(url)``."""
+TEMPLATE_COMMENT = "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %s"
+
+
+def _comment(conn: psycopg.Connection, name: str) -> str | None:
+    """The comment of database ``name``; None when there is no such database, "" when it has none."""
+    row = conn.execute(TEMPLATE_COMMENT, (name,)).fetchone()
+    return None if row is None else (row[0] or "")
+
+
+def _check_recorded(url: str, lists) -> None:
+    """Read back what a just-built template recorded in ``schema_migrations``; raise RuntimeError unless
+    each owner's checksums are exactly its list's."""
+    from agentlab.core.schema import applied_checksums
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        for owner, migrations in lists:
+            if applied_checksums(conn, owner) != [m.checksum for m in migrations]:
+                raise RuntimeError(f"template build: the migrations recorded for {owner} differ from the code's")
+
+
+def _ensure(name: str, source: str | None, build, fingerprint: str, lists) -> str:
+    """Create template database ``name`` (empty, or a copy of template ``source``) with ``build(url)``,
+    unless it exists with comment ``fingerprint``; a template of that name with another comment is
+    stale and is dropped first."""
     with admin_connection() as conn:
-        if _exists(conn, name):
+        if _comment(conn, name) == fingerprint:
             return name
         conn.execute("SELECT pg_advisory_lock(%s)", (TEMPLATE_LOCK_KEY,))
         building = f"{name}_building"
         try:
-            if _exists(conn, name):
+            found = _comment(conn, name)
+            if found == fingerprint:
                 return name
+            if found is not None:
+                log.warning("template database %s is stale (built from other migrations or seed data than "
+                            "this code's); rebuilding it", name)
+                drop_database(name)
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(building)))
             if source is None:
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(building)))
             else:
                 conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(building),
                                                                               sql.Identifier(source)))
-            build(with_dbname(server_url(), building))
+            url = with_dbname(server_url(), building)
+            build(url)
+            _check_recorded(url, lists)
+            conn.execute(sql.SQL("COMMENT ON DATABASE {} IS {}").format(sql.Identifier(building),
+                                                                        sql.Literal(fingerprint)))
             conn.execute(
                 sql.SQL("ALTER DATABASE {} RENAME TO {}").format(sql.Identifier(building), sql.Identifier(name))
             )
@@ -468,13 +531,13 @@ def _exists(conn: psycopg.Connection, name: str) -> bool:
     return conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is not None
 
 
-def create_database(purpose: str = "scratch", domain: "Domain | None" = None) -> str:
+def create_database(purpose: str = "scratch", domain: Domain | str | None = None) -> str:
     """Create a fresh database ``agentlab_<purpose>_<random>`` from the template (``domain``'s own when
     it has migrations or seed data); return its conninfo.
 
     Args:
         purpose: a short word for the name (letters, digits, underscore), e.g. ``"demo"``, ``"test"``.
-        domain: an :class:`agentlab.core.domain.Domain` (default: the core template, which holds billing).
+        domain: an :class:`agentlab.core.domain.Domain` or a name (default: billing).
 
     Raises:
         DatabaseUnavailable: no server.

@@ -23,7 +23,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 import psycopg
 from psycopg import sql
@@ -390,8 +390,3 @@ class Harness:
                 "provider_refunds": payments.get((customer_ref(cid), "refund"), 0),
             })
         return out
-
-
-def count_tool_calls(messages: list) -> int:
-    """Tool calls the model sent in ``messages``."""
-    return sum(len(m.tool_calls) for m in messages if isinstance(m, AIMessage))

@@ -81,17 +81,11 @@ class FakeNotifier(OutsideService):
 
     async def find_by_reference(self, reference: str) -> list[dict]:
         """Messages delivered with ``reference``, oldest first."""
-        await self.open()
-        async with self._pool.connection() as conn:
-            cur = await conn.execute(FIND_MESSAGE_BY_REFERENCE, (reference,))
-            return [_message(r) for r in await cur.fetchall()]
+        return await self._records(FIND_MESSAGE_BY_REFERENCE, (reference,), _message)
 
     async def messages(self, recipient: str | None = None) -> list[dict]:
         """Every delivered message, or one recipient's, oldest first."""
-        await self.open()
-        async with self._pool.connection() as conn:
-            cur = await conn.execute(LIST_MESSAGES, {"recipient": recipient})
-            return [_message(r) for r in await cur.fetchall()]
+        return await self._records(LIST_MESSAGES, {"recipient": recipient}, _message)
 
 
 def _message(row) -> dict:

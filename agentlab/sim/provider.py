@@ -20,6 +20,7 @@ import hashlib
 import json
 import secrets
 from collections import deque
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 from psycopg.types.json import Jsonb
@@ -100,6 +101,13 @@ class OutsideService:
     async def __aexit__(self, *exc) -> None:
         await self.close()
 
+    async def _records(self, query: str, params, record: Callable[[tuple], dict]) -> list[dict]:
+        """The rows of ``query`` on the service's own pool, each turned into a dict by ``record``."""
+        await self.open()
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(query, params)
+            return [record(r) for r in await cur.fetchall()]
+
 
 class FakePaymentProvider(OutsideService):
     """The fake provider. Use as ``async with FakePaymentProvider(url) as provider:``.
@@ -171,17 +179,12 @@ class FakePaymentProvider(OutsideService):
 
     async def find_by_reference(self, reference: str) -> list[dict]:
         """Payments carrying ``reference`` (Stripe: search by metadata), oldest first."""
-        await self.open()
-        async with self._pool.connection() as conn:
-            cur = await conn.execute(FIND_BY_REFERENCE, (reference,))
-            return [_payment(r) for r in await cur.fetchall()]
+        return await self._records(FIND_BY_REFERENCE, (reference,), _payment)
 
     async def payments(self, customer_id: int | None = None) -> list[dict]:
         """Every payment, or one customer's, oldest first."""
-        await self.open()
-        async with self._pool.connection() as conn:
-            cur = await conn.execute(LIST_PAYMENTS, {"customer": customer_ref(customer_id) if customer_id else None})
-            return [_payment(r) for r in await cur.fetchall()]
+        return await self._records(LIST_PAYMENTS, {"customer": customer_ref(customer_id) if customer_id else None},
+                                   _payment)
 
     async def _create(self, kind, customer_id, amount_cents, key, reference) -> dict:
         await self.open()

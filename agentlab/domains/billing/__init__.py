@@ -1,13 +1,14 @@
 """The billing domain: customers with store credit, invoices, credit memos and refunds (the refund story).
 
-Its tables live in ``public`` (every constraint) and ``lax`` (the same columns without them); they were
-the kit's first schema and stay in the core's migration list (:mod:`agentlab.core.schema`), so a
-billing database is the core template itself. :data:`DOMAIN` is what the Harness, the failure lab and
+Its tables live in ``public`` (every constraint) and ``lax`` (the same columns without them), made by its
+own migrations (:mod:`agentlab.domains.billing.schema`) on top of the core schema, and seeded with the
+customers of ``data/customers.csv``. :data:`DOMAIN` is what the Harness, the failure lab and
 ``python -m agentlab chaos --domain billing`` (the default) take.
 """
 
 from agentlab.core.domain import Domain
 from agentlab.domains.billing.scenarios import SCENARIOS, create_customers
+from agentlab.domains.billing.schema import MIGRATIONS, SEED_CUSTOMERS_CSV, seed
 from agentlab.domains.billing.tools import TOOLS
 
 
@@ -18,5 +19,6 @@ async def create_rows(conn, scenario, schema: str) -> list[int]:
 
 DOMAIN = Domain(
     name="billing", toolset=TOOLS, scenarios=SCENARIOS, create_rows=create_rows,
+    migrations=MIGRATIONS, seed=seed, seed_files=(SEED_CUSTOMERS_CSV,),
     description="store credit, invoices, credit memos and refunds paid through the outbox",
 )

@@ -23,7 +23,7 @@ from agentlab.core.scenario import PlannedCall, Scenario
 from agentlab.core.schema import AGENT_ROLE
 from agentlab.core.toolspec import Toolset, ToolSpec
 from agentlab.domains.retail.export import export_state as _export_state
-from agentlab.domains.retail.load import load_sync, read_tasks, schema_sql
+from agentlab.domains.retail.load import DATA_DIR, load_sync, read_tasks, schema_sql
 from agentlab.domains.retail.tools import specs
 
 TENANT = "tau2"
@@ -255,12 +255,16 @@ def toolset(reproduce_last_variant_bug: bool | None = None) -> Toolset:
                    for name, model, handler, writes, doc in specs(reproduce_last_variant_bug))
 
 
+# what seed() reads (plain or packed): its bytes count in the template's fingerprint
+SEED_FILES = tuple(p for p in (DATA_DIR / "db.json", DATA_DIR / "db.json.gz") if p.exists())
+
+
 def retail_domain(*, reproduce_last_variant_bug: bool = True) -> Domain:
     """The retail domain, reproducing tau2's last-variant bug (default) or fixing it."""
     return Domain(
         "retail", toolset=toolset(reproduce_last_variant_bug), scenarios=SCENARIOS, create_rows=create_rows,
-        schema="retail", migrations=MIGRATIONS, seed=seed, invariants=INVARIANTS, export_state=export_state,
-        tenant_id=TENANT,
+        schema="retail", migrations=MIGRATIONS, seed=seed, seed_files=SEED_FILES, invariants=INVARIANTS,
+        export_state=export_state, tenant_id=TENANT,
         description="tau2-bench retail (a2c0247): 16 tools, 114 tasks' golden actions"
                     + ("" if reproduce_last_variant_bug else "; tau2's last-variant bug fixed"),
     )
