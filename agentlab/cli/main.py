@@ -33,7 +33,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_chaos(args: argparse.Namespace) -> int:
     if args.agent:
-        from agentlab.lab.yardstick import main as yardstick_main
+        from agentlab.lab.yardstick_table import main as yardstick_main
 
         return yardstick_main(args)
     from agentlab.lab.experiments import main as chaos_main

@@ -130,7 +130,7 @@ def baseline(name: str) -> AgentSpec:
     raise ValueError(f"unknown baseline {name!r}; choose one of: {', '.join(BASELINES)}")
 
 
-def resolve_agent(agent: "AgentSpec | str | Callable | Any", *, name: str | None = None) -> AgentSpec:
+def resolve_agent(agent: AgentSpec | str | Callable | Any, *, name: str | None = None) -> AgentSpec:
     """An :class:`AgentSpec` from ``agent``: a spec (returned as is), ``"toolnode"``, ``"create_agent"``,
     ``"kit"`` / ``"kit:PRESET"``, ``"package.module:factory"``, a factory ``f(ctx) -> compiled graph``, or
     an uncompiled ``StateGraph`` (compiled per process with the lab's checkpointer; its model is its own).

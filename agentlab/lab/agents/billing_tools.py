@@ -17,7 +17,12 @@ from __future__ import annotations
 from langchain_core.tools import tool
 
 from agentlab.domains.billing.tools import (
-    APPLY_CREDIT, CREATE_CREDIT_MEMO, CREATE_CREDIT_MEMO_FOR_INVOICE, CREATE_INVOICE, CREATE_REFUND, FIND_INVOICE,
+    APPLY_CREDIT,
+    CREATE_CREDIT_MEMO,
+    CREATE_CREDIT_MEMO_FOR_INVOICE,
+    CREATE_INVOICE,
+    CREATE_REFUND,
+    FIND_INVOICE,
     LOOKUP_CUSTOMER,
 )
 
