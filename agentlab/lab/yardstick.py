@@ -104,7 +104,7 @@ def _has_tool_message(value: Any) -> bool:
     return isinstance(value, (list, tuple)) and any(isinstance(v, ToolMessage) for v in value)
 
 
-class AgentProcess:
+class EpisodeProcess:
     """One agent process of an episode: its own autocommit pool (psycopg_pool's default size, four
     connections, as a user opens one: ``AsyncConnectionPool(url, kwargs={"autocommit": True})``),
     its checkpointer pool and saver."""
@@ -119,7 +119,7 @@ class AgentProcess:
     async def _configure(self, conn) -> None:
         conn.wire = self.wire
 
-    async def open(self) -> AgentProcess:
+    async def open(self) -> EpisodeProcess:
         try:
             await self.pool.open(wait=True, timeout=POOL_TIMEOUT_S)
             await self.checkpointer_pool.open(wait=True, timeout=POOL_TIMEOUT_S)
@@ -288,7 +288,7 @@ class Yardstick:
             config = run_config(out.thread_id, tenant_id=sc.tenant_id)
         durability = "sync" if yf.fault.resumes else "async"
         before = set(asyncio.all_tasks())
-        processes: list[AgentProcess] = []
+        processes: list[EpisodeProcess] = []
         state: dict | None = None
         try:
             process = await self._process(processes)
@@ -326,6 +326,7 @@ class Yardstick:
                 except SimulatedCrash:
                     await yf.fault.before_restart(out)
                     await OutboxWorker(h.pool, out.network_provider, thread_id=out.thread_id).drain()
+            await h.events.flush()
         finally:
             await yf.fault.disarm(out)
             for p in processes:
@@ -336,12 +337,12 @@ class Yardstick:
         out.violations = await check_episode(h.pool, ep, sc, sg, h.domain)
         return out
 
-    async def _process(self, processes: list) -> AgentProcess:
-        p = await AgentProcess(self.harness.url).open()
+    async def _process(self, processes: list) -> EpisodeProcess:
+        p = await EpisodeProcess(self.harness.url).open()
         processes.append(p)
         return p
 
-    def _build(self, spec: AgentSpec, process: AgentProcess, script, seed: int, run: AgentRun):
+    def _build(self, spec: AgentSpec, process: EpisodeProcess, script, seed: int, run: AgentRun):
         ctx = AgentContext(self.make_model(script, seed), process.pool, run.agent_provider or run.network_provider,
                            process.saver, self.harness.domain, self.harness.events,
                            safeguards=run.safeguards if spec.safeguards is not None else None)
