@@ -100,6 +100,15 @@ _EXPORTS = {
     "lab.agents": (
         "AgentContext", "AgentSpec", "kit_agent", "resolve_agent",
     ),
+    "lab.agents.billing_tools": (
+        "BASELINE_TOOL_NAMES", "billing_tools",
+    ),
+    "lab.agents.create_agent": (
+        "build_create_agent",
+    ),
+    "lab.agents.toolnode": (
+        "build_toolnode_agent",
+    ),
     "lab.charts": (
         "experiment_heatmap", "heatmap",
     ),

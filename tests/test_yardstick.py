@@ -14,7 +14,7 @@ from langgraph.prebuilt import ToolNode
 
 from agentlab.core.errors import AgentlabError
 from agentlab.lab.agents import AgentContext, AgentSpec, baseline, resolve_agent
-from agentlab.lab.agents.billing_tools import TOOL_NAMES, billing_tools
+from agentlab.lab.agents.billing_tools import BASELINE_TOOL_NAMES, billing_tools
 from agentlab.lab.yardstick import Yardstick, as_domain_messages
 from agentlab.lab.yardstick_faults import YARDSTICK_FAULTS, register_fault
 from agentlab.lab.yardstick_table import run_yardstick
@@ -110,7 +110,7 @@ async def test_your_own_factory_runs_under_the_same_faults(harness):
 
         return build_toolnode_agent(ctx.model, billing_tools(ctx.pool, ctx.provider), checkpointer=ctx.checkpointer)
 
-    spec = AgentSpec("mine", my_agent, TOOL_NAMES)
+    spec = AgentSpec("mine", my_agent, BASELINE_TOOL_NAMES)
     run = await Yardstick(harness).run(spec, "none", scenario="refund")
     assert run.agent == "mine" and run.violations == []
     assert await state_of(harness, run) == {"credit": 2500, "memos": 1, "refunds": 1, "paid_refunds": 1}
@@ -121,7 +121,7 @@ async def test_your_own_factory_runs_under_the_same_faults(harness):
 
 def test_the_baselines_are_the_documented_defaults():
     tools = billing_tools(pool=None, provider=None)
-    assert [t.name for t in tools] == list(TOOL_NAMES.values())
+    assert [t.name for t in tools] == list(BASELINE_TOOL_NAMES.values())
     schema = tools[1].tool_call_schema.model_json_schema()  # apply_credit: inferred from the signature
     assert schema["properties"]["customer_id"]["type"] == "integer" and "strict" not in json.dumps(schema)
 
@@ -137,7 +137,7 @@ def test_the_baselines_are_the_documented_defaults():
 
 def test_names_resolve_and_a_wrong_one_says_what_exists():
     assert resolve_agent("kit").name == "kit:full" and resolve_agent("kit:naive").safeguards.name == "naive"
-    assert resolve_agent("create_agent").tool_names == TOOL_NAMES
+    assert resolve_agent("create_agent").tool_names == BASELINE_TOOL_NAMES
     for wrong in ("kit:nosuch", "nosuch", "agentlab.nosuch:f"):
         with pytest.raises(AgentlabError, match="agent"):
             resolve_agent(wrong)
@@ -149,7 +149,7 @@ def test_names_resolve_and_a_wrong_one_says_what_exists():
 def test_messages_are_read_back_under_the_domains_tool_names():
     ai = AIMessage("", tool_calls=[{"name": "apply_credit", "args": {}, "id": "c1", "type": "tool_call"}])
     tm = ToolMessage("{}", tool_call_id="c1", name="apply_credit")
-    back = as_domain_messages([ai, tm], TOOL_NAMES)
+    back = as_domain_messages([ai, tm], BASELINE_TOOL_NAMES)
     assert back[0].tool_calls[0]["name"] == "ApplyCredit" and back[1].name == "ApplyCredit"
     assert ai.tool_calls[0]["name"] == "apply_credit"  # the originals stay as the agent wrote them
 
@@ -179,8 +179,8 @@ def test_chaos_agent_prints_the_table_as_json_and_refuses_an_unknown_agent(tmp_p
         "def factory(ctx):\n"
         "    return baseline('toolnode').build(ctx)\n"
         "from agentlab.lab.agents import AgentSpec\n"
-        "from agentlab.lab.agents.billing_tools import TOOL_NAMES\n"
-        "MINE = AgentSpec('mine', factory, TOOL_NAMES)\n")
+        "from agentlab.lab.agents.billing_tools import BASELINE_TOOL_NAMES\n"
+        "MINE = AgentSpec('mine', factory, BASELINE_TOOL_NAMES)\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), ROOT])}
     cmd = [sys.executable, "-m", "agentlab", "chaos", "--agent", "toolnode", "my_agents:MINE", "kit",
            "--presets", "full", "naive", "--faults", "refund_story", "crash_mid_node", "--json"]

@@ -22,45 +22,63 @@ import psycopg
 
 PROVIDER_LATENCY_S = 0.05  # the payment request's trip to the provider, before it does the work
 DB_LATENCY_S = 0.02  # an answer from PostgreSQL reaches the agent this long after the server finished
-ORDER_WAIT_S = 0.05  # a statement waits at most this long for the one sent before it (then goes anyway)
+ORDER_WAIT_S = 0.25  # how long the wire holds a statement or an answer back for the order (then lets it go)
 
 
 class Wire:
     """The network between an agent process and PostgreSQL, as the lab fixes it.
 
     Statements sent concurrently (``ToolNode``'s sibling calls, ``create_agent``'s tasks) reach the
-    server in the order they were sent, each once the one before it has finished (or after
-    ``order_wait_s``, so that a statement blocked on a lock holds none of its siblings for long); an
-    answer arrives ``latency_s`` seconds after the server finished, answers in the order sent. So every
-    call of a batch has reached the server before the agent reads the first answer, and the first
-    failure it reads is the first call's: the order of events, hence the table, is the same on every
-    run. The real world lets these race (which sibling commits before an error cancels the rest); the
-    lab shows one fixed order of them, the one the calls were sent in."""
+    server one after another in the order they were sent; an answer arrives ``latency_s`` seconds after
+    the server finished, once every statement sent so far has finished too, answers in the order sent
+    and at least ``latency_s`` apart (what one answer sets off, a sibling's error cancelling the rest,
+    settles before the next arrives).
+    So every call of a batch has done its work on the server before the agent reads the first answer,
+    and the first failure it reads is the first call's: the order of events, hence the table, is the
+    same on every run, however loaded the machine. A statement blocked on a lock or a slow trigger
+    holds the others back for ``order_wait_s`` seconds at most. The real world lets these race (which
+    sibling commits before an error cancels the rest); the lab shows one fixed order of them, the one
+    the calls were sent in."""
 
     def __init__(self, latency_s: float = DB_LATENCY_S, order_wait_s: float = ORDER_WAIT_S):
         self.latency_s, self.order_wait_s = latency_s, order_wait_s
         self._ran: asyncio.Future | None = None
         self._answered: asyncio.Future | None = None
+        self._running: set[asyncio.Future] = set()
+        self._answered_at = float("-inf")
 
     async def carry(self, send: Callable[[], Any]):
-        """Run ``send()`` (a psycopg ``execute``) in order, then deliver its answer in order."""
+        """Run ``send()`` (a psycopg ``execute``, or a provider's call) in order; deliver its answer in order."""
         loop = asyncio.get_running_loop()
         ran_before, answered_before = self._ran, self._answered
         self._ran = ran = loop.create_future()
         self._answered = answered = loop.create_future()
+        self._running.add(ran)
         try:
             if ran_before is not None and not ran_before.done():
                 await asyncio.wait([ran_before], timeout=self.order_wait_s)
             try:
                 return await send()
             finally:
-                ran.done() or ran.set_result(None)
+                _finish(ran)
+                self._running.discard(ran)
                 await asyncio.sleep(self.latency_s)
-                if answered_before is not None and not answered_before.done():
-                    await asyncio.wait([answered_before], timeout=self.order_wait_s)
+                waits = [f for f in (*self._running, answered_before) if f is not None and not f.done()]
+                if waits:
+                    await asyncio.wait(waits, timeout=self.order_wait_s)
+                gap = self._answered_at + self.latency_s - loop.time()
+                if gap > 0:  # answers at least latency_s apart: what one answer sets off settles first
+                    await asyncio.sleep(gap)
+                self._answered_at = loop.time()
         finally:
-            ran.done() or ran.set_result(None)
-            answered.done() or answered.set_result(None)
+            _finish(ran)
+            self._running.discard(ran)
+            _finish(answered)
+
+
+def _finish(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class WiredConnection(psycopg.AsyncConnection):

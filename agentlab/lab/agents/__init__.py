@@ -119,13 +119,13 @@ def kit_agent(preset_name: str = "full") -> AgentSpec:
 
 def baseline(name: str) -> AgentSpec:
     """One of :data:`BASELINES` on the billing tools. Raises ValueError naming them."""
-    from agentlab.lab.agents.billing_tools import TOOL_NAMES
+    from agentlab.lab.agents.billing_tools import BASELINE_TOOL_NAMES
 
     if name == "toolnode":
-        return AgentSpec("toolnode", _toolnode, TOOL_NAMES,
+        return AgentSpec("toolnode", _toolnode, BASELINE_TOOL_NAMES,
                          description="LangGraph StateGraph + prebuilt ToolNode + tools_condition, @tool functions")
     if name == "create_agent":
-        return AgentSpec("create_agent", _create_agent, TOOL_NAMES,
+        return AgentSpec("create_agent", _create_agent, BASELINE_TOOL_NAMES,
                          description="LangChain create_agent, the same @tool functions")
     raise ValueError(f"unknown baseline {name!r}; choose one of: {', '.join(BASELINES)}")
 

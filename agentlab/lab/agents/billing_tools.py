@@ -8,7 +8,7 @@ here is hardened on purpose: no transaction around a batch, no idempotency key, 
 schemas coerce what they can (``"12"`` becomes ``12``), an exception leaves the tool as it was raised.
 
 The SQL is the kit's own (:mod:`agentlab.domains.billing.tools`), on the same schema and seed, so the
-yardstick compares agents, not queries. :data:`TOOL_NAMES` maps the domain's tool names (what the
+yardstick compares agents, not queries. :data:`BASELINE_TOOL_NAMES` maps the domain's tool names (what the
 scripted model plays) to these functions' names.
 """
 
@@ -26,7 +26,7 @@ from agentlab.domains.billing.tools import (
     LOOKUP_CUSTOMER,
 )
 
-TOOL_NAMES: dict[str, str] = {
+BASELINE_TOOL_NAMES: dict[str, str] = {
     "LookupCustomer": "lookup_customer", "ApplyCredit": "apply_credit", "CreateInvoice": "create_invoice",
     "QueueCharge": "charge_invoice", "CreateCreditMemo": "create_credit_memo", "QueueRefund": "refund_to_card",
 }
@@ -34,7 +34,7 @@ TOOL_NAMES: dict[str, str] = {
 
 def billing_tools(pool, provider) -> list:
     """The ``@tool`` functions on ``pool`` (a psycopg ``AsyncConnectionPool`` with ``autocommit=True``)
-    and ``provider`` (:class:`agentlab.sim.provider.FakePaymentProvider`), in the order of :data:`TOOL_NAMES`."""
+    and ``provider`` (:class:`agentlab.sim.provider.FakePaymentProvider`), in the order of :data:`BASELINE_TOOL_NAMES`."""
 
     @tool
     async def lookup_customer(customer_id: int) -> dict:
