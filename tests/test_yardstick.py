@@ -15,10 +15,10 @@ from langgraph.prebuilt import ToolNode
 from agentlab.core.errors import AgentlabError
 from agentlab.lab.agents import AgentContext, AgentSpec, baseline, resolve_agent
 from agentlab.lab.agents.billing_tools import BASELINE_TOOL_NAMES, billing_tools
+from agentlab.lab.faults import Fault
 from agentlab.lab.yardstick import Yardstick, as_domain_messages
 from agentlab.lab.yardstick_faults import YARDSTICK_FAULTS, register_fault
 from agentlab.lab.yardstick_table import run_yardstick
-from agentlab.lab.faults import Fault
 from conftest import fetch, scalar
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -197,3 +197,16 @@ def test_chaos_agent_prints_the_table_as_json_and_refuses_an_unknown_agent(tmp_p
                          text=True, timeout=120, env=env, check=False)
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.strip().splitlines() == [bad.stderr.strip()] and "unknown agent 'nosuch'" in bad.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--model", "openai:gpt-4o-mini"], "--model drives the agents of --agent"),
+    (["--agent", "toolnode", "--model", "nosuch"], "must look like 'provider:model'"),
+    (["--agent", "toolnode", "--domain", "retail"], "runs the billing domain"),
+])
+def test_chaos_agent_refuses_a_model_or_domain_it_cannot_use_in_one_line(args, says):
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    out = subprocess.run([sys.executable, "-m", "agentlab", "chaos", *args], capture_output=True, text=True,
+                         timeout=120, env=env, check=False)
+    assert out.returncode == 2 and out.stdout == ""
+    assert len(out.stderr.strip().splitlines()) == 1 and says in out.stderr

@@ -32,6 +32,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_chaos(args: argparse.Namespace) -> int:
+    if args.model and not args.agent:
+        print("agentlab chaos: --model drives the agents of --agent; the catalog's experiment plays the scripted "
+              "model only (add --agent toolnode create_agent kit)", file=sys.stderr)
+        return 2
     if args.agent:
         from agentlab.lab.yardstick_table import main as yardstick_main
 

@@ -76,6 +76,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--agent", nargs="+", default=None, metavar="AGENT", action=Distinct,
                         help="run the yardstick instead: these agents side by side under the same faults: toolnode, "
                         "create_agent, kit (one column per --presets, default full) or package.module:factory")
+    parser.add_argument("--model", default=None, metavar="PROVIDER:MODEL",
+                        help="with --agent: drive the agents with this chat model (e.g. openai:gpt-4o-mini; needs its "
+                        "package and key) instead of the scripted one; scripted hallucinations are then n/a")
     parser.add_argument("--faults", nargs="+", choices=[*FAULTS, *YARDSTICK_ONLY_FAULTS], default=None, metavar="FAULT",
                         action=Distinct, help=f"faults to inject, each once (default: all: {' '.join(FAULTS)})")
     parser.add_argument("--seed", type=int, default=0)

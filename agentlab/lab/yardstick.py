@@ -23,14 +23,16 @@ hallucinations, constraints  the scripted model sends the bad arguments (the cat
 ===========================  ===========================================================================
 
 A fault that cannot apply to an agent (a hook it does not expose, a hallucination a real model would
-not make on cue) gives the cell ``n/a`` with the reason, never a pass. :data:`YARDSTICK_FAULTS` is the
-registry; :func:`register_fault` adds a fault (a family built elsewhere plugs in here).
+not make on cue) gives the cell ``n/a`` with the reason, never a pass.
+:data:`agentlab.lab.yardstick_faults.YARDSTICK_FAULTS` is the registry;
+:func:`agentlab.lab.yardstick_faults.register_fault` adds a fault (a family built elsewhere plugs in there).
 
 Episodes run one at a time, each agent process with its own pools and saver, and the episode ends
 only when the work the agent left running (a ``ToolNode`` sibling still in flight when another call
 raised) has finished: so the same seed gives the same table.
 
-``await run_yardstick(["toolnode", "create_agent", "kit"])`` returns a :class:`YardstickResult`;
+``await Yardstick(harness).run("toolnode", "backend_killed")`` runs one episode;
+``await run_yardstick(["toolnode", "create_agent", "kit"])`` (:mod:`agentlab.lab.yardstick_table`) the table;
 ``python -m agentlab chaos --agent toolnode create_agent kit`` prints it.
 
 Sources: LangGraph docs "Persistence" (resuming a thread with ``None``), "ToolNode" (its error

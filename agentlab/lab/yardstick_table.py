@@ -223,12 +223,24 @@ def main(args) -> int:
         faults = args.faults or list(YARDSTICK_FAULTS)
         for f in faults:
             get_yardstick_fault(f)
+        model = None
+        if getattr(args, "model", None):
+            from agentlab.sim.model import load_model
+
+            name = args.model
+            try:  # a missing package, key or a malformed name fails here, before any episode
+                load_model(name)
+            except AgentlabError:
+                raise
+            except Exception as exc:  # each provider's package raises its own
+                raise AgentlabError(f"model {name!r} could not be built: {type(exc).__name__}: {exc}") from exc
+            model = lambda script, seed: load_model(name)
         if args.domain != "billing":
             raise ValueError("the yardstick runs the billing domain (the baselines' tools are billing's); "
                              "drop --domain")
     except (AgentlabError, ValueError) as exc:
         print(f"agentlab chaos: {exc}", file=sys.stderr)
         return 2
-    result = asyncio.run(run_yardstick(agents, faults, episodes=args.episodes, seed=args.seed))
+    result = asyncio.run(run_yardstick(agents, faults, episodes=args.episodes, seed=args.seed, model=model))
     print(json.dumps(result.to_json(), default=str) if args.json else render(result), flush=True)
     return 0
