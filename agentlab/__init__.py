@@ -97,6 +97,18 @@ _EXPORTS = {
     "lab.tau2": (
         "TaskRun", "Tau2Result", "run_task", "run_tau2",
     ),
+    "lab.agents": (
+        "AgentContext", "AgentSpec", "kit_agent", "resolve_agent",
+    ),
+    "lab.agents.billing_tools": (
+        "BASELINE_TOOL_NAMES", "billing_tools",
+    ),
+    "lab.agents.create_agent": (
+        "build_create_agent",
+    ),
+    "lab.agents.toolnode": (
+        "build_toolnode_agent",
+    ),
     "lab.charts": (
         "experiment_heatmap", "heatmap",
     ),
@@ -134,6 +146,15 @@ _EXPORTS = {
     ),
     "lab.widget": (
         "FailureLab",
+    ),
+    "lab.yardstick": (
+        "AgentRun", "Yardstick",
+    ),
+    "lab.yardstick_faults": (
+        "YARDSTICK_FAULTS", "register_fault",
+    ),
+    "lab.yardstick_table": (
+        "YardstickResult", "run_yardstick",
     ),
     "runtime.db": (
         "DatabaseMissing", "DatabaseUnavailable", "create_database", "drop_database", "server_url",

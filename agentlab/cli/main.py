@@ -63,6 +63,14 @@ def _domain_demo(args: argparse.Namespace, domain) -> int:
 
 
 def _cmd_chaos(args: argparse.Namespace) -> int:
+    if args.model and not args.agent:
+        print("agentlab chaos: --model drives the agents of --agent; the catalog's experiment plays the scripted "
+              "model only (add --agent toolnode create_agent kit)", file=sys.stderr)
+        return 2
+    if args.agent:
+        from agentlab.lab.yardstick_table import main as yardstick_main
+
+        return yardstick_main(args)
     from agentlab.lab.experiments import main as chaos_main
 
     return chaos_main(args)

@@ -13,6 +13,7 @@ from agentlab.core.safeguards import PRESETS
 from agentlab.lab.faults import FAULTS
 
 DEFAULT_CONCURRENCY = 32
+YARDSTICK_ONLY_FAULTS = ("refund_story",)  # faults of agentlab.lab.yardstick that the catalog does not hold
 
 
 class Distinct(argparse.Action):
@@ -72,7 +73,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--episodes", type=positive_int, default=10, help="episodes per fault and preset (default 10)")
     parser.add_argument("--presets", nargs="+", choices=list(PRESETS), default=None, metavar="PRESET",
                         action=Distinct, help=f"presets to compare, each once (default: all: {' '.join(PRESETS)})")
-    parser.add_argument("--faults", nargs="+", choices=list(FAULTS), default=None, metavar="FAULT",
+    parser.add_argument("--agent", nargs="+", default=None, metavar="AGENT", action=Distinct,
+                        help="run the yardstick instead: these agents side by side under the same faults: toolnode, "
+                        "create_agent, kit (one column per --presets, default full) or package.module:factory")
+    parser.add_argument("--model", default=None, metavar="PROVIDER:MODEL",
+                        help="with --agent: drive the agents with this chat model (e.g. openai:gpt-4o-mini; needs its "
+                        "package and key) instead of the scripted one; scripted hallucinations are then n/a")
+    parser.add_argument("--faults", nargs="+", choices=[*FAULTS, *YARDSTICK_ONLY_FAULTS], default=None, metavar="FAULT",
                         action=Distinct, help=f"faults to inject, each once (default: all: {' '.join(FAULTS)})")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--concurrency", type=positive_int, default=DEFAULT_CONCURRENCY,

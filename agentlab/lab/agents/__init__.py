@@ -1,0 +1,165 @@
+"""Agents the yardstick runs: the two reference baselines built as the documentation shows, and the kit.
+
+An :class:`AgentSpec` names an agent and how to build its compiled graph from an :class:`AgentContext`
+(the episode's model, an autocommit pool, the payment provider, the real ``AsyncPostgresSaver``);
+:func:`resolve_agent` turns a name from the command line into one:
+
+==================  ===========================================================================
+``toolnode``        LangGraph's ``StateGraph`` + prebuilt ``ToolNode`` + ``tools_condition``
+                    (:mod:`agentlab.lab.agents.toolnode`) on ``@tool`` functions
+                    (:mod:`agentlab.lab.agents.billing_tools`)
+``create_agent``    LangChain's ``create_agent`` (:mod:`agentlab.lab.agents.create_agent`), same tools
+``kit`` / ``kit:P``  the kit's own graph and transactional tools node under preset ``P`` (default ``full``)
+``module:factory``  your own: an :class:`AgentSpec`, a function ``factory(ctx) -> compiled graph``, or an
+                    uncompiled ``StateGraph`` (compiled here with the lab's checkpointer)
+==================  ===========================================================================
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentlab.core.errors import AgentlabError
+from agentlab.core.safeguards import PRESETS, Safeguards, preset
+
+BASELINES = ("toolnode", "create_agent")
+
+
+@dataclass
+class AgentContext:
+    """What an agent factory gets for one agent process of one episode.
+
+    Attributes:
+        model: the episode's chat model (the scripted model unless the run names a real one).
+        pool: a psycopg ``AsyncConnectionPool`` (``autocommit=True``) on the episode's database, this
+            process's own: a crash closes it with the process.
+        provider: the payment provider (the outside world, shared by every process).
+        checkpointer: the real ``AsyncPostgresSaver`` of this process.
+        domain: the :class:`agentlab.core.domain.Domain` the episode runs on.
+        events: the kit's event log (the kit's node writes to it; a foreign agent may ignore it).
+        safeguards: for the kit's own agent, the episode's preset (a fault may scale a timeout down).
+        exposed: what the built agent exposes to faults that need a hook inside it (the kit sets
+            ``"node"``: its tools node); a foreign agent exposes nothing, so those faults are "n/a".
+    """
+
+    model: Any
+    pool: Any
+    provider: Any
+    checkpointer: Any
+    domain: Any
+    events: Any = None
+    safeguards: Any = None
+    exposed: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """An agent the yardstick can run.
+
+    Attributes:
+        name: its column in the table.
+        build: ``build(ctx) -> compiled graph`` (called once per agent process: again after a crash).
+        tool_names: the domain's tool name -> the agent's tool name, where they differ (the scripted
+            model plays the domain's scenarios; the checker reads the domain's names).
+        safeguards: the kit's own agent: the preset its tools node runs under (ledger and atomic-batch
+            checks follow it). None for a foreign agent, checked as the ``constraints`` preset: the
+            domain's strict schema, no transaction, no ledger.
+        exposes: hooks the agent lets faults use (the kit: ``{"node_hooks"}``).
+        description: one line for the table's legend.
+    """
+
+    name: str
+    build: Callable[[AgentContext], Any]
+    tool_names: Mapping[str, str] = field(default_factory=dict)
+    safeguards: Safeguards | None = None
+    exposes: frozenset[str] = frozenset()
+    description: str = ""
+
+    @property
+    def checked_as(self) -> Safeguards:
+        """The safeguards the invariant checker assumes (the schema written, ledger and atomic checks)."""
+        return self.safeguards or preset("constraints")
+
+
+def _toolnode(ctx: AgentContext):
+    from agentlab.lab.agents.billing_tools import billing_tools
+    from agentlab.lab.agents.toolnode import build_toolnode_agent
+
+    return build_toolnode_agent(ctx.model, billing_tools(ctx.pool, ctx.provider), checkpointer=ctx.checkpointer)
+
+
+def _create_agent(ctx: AgentContext):
+    from agentlab.lab.agents.billing_tools import billing_tools
+    from agentlab.lab.agents.create_agent import build_create_agent
+
+    return build_create_agent(ctx.model, billing_tools(ctx.pool, ctx.provider), checkpointer=ctx.checkpointer)
+
+
+def kit_agent(preset_name: str = "full") -> AgentSpec:
+    """The kit's own agent (:func:`agentlab.core.graph.build_graph` on a
+    :class:`agentlab.core.tools_node.TransactionalToolsNode`) under ``preset_name``. Raises ValueError
+    naming the presets."""
+    sg = preset(preset_name)
+
+    def build(ctx: AgentContext):
+        from agentlab.core.graph import RETRY_ATTEMPTS, build_graph
+        from agentlab.core.tools_node import TransactionalToolsNode
+
+        node = TransactionalToolsNode(ctx.pool, ctx.safeguards or sg, toolset=ctx.domain.toolset, provider=ctx.provider,
+                                      events=ctx.events, max_attempts=RETRY_ATTEMPTS)
+        ctx.exposed["node"] = node
+        return build_graph(ctx.model, node, checkpointer=ctx.checkpointer)
+
+    return AgentSpec(f"kit:{preset_name}", build, safeguards=sg, exposes=frozenset({"node_hooks"}),
+                     description=f"the kit's graph and transactional tools node, preset {preset_name}")
+
+
+def baseline(name: str) -> AgentSpec:
+    """One of :data:`BASELINES` on the billing tools. Raises ValueError naming them."""
+    from agentlab.lab.agents.billing_tools import BASELINE_TOOL_NAMES
+
+    if name == "toolnode":
+        return AgentSpec("toolnode", _toolnode, BASELINE_TOOL_NAMES,
+                         description="LangGraph StateGraph + prebuilt ToolNode + tools_condition, @tool functions")
+    if name == "create_agent":
+        return AgentSpec("create_agent", _create_agent, BASELINE_TOOL_NAMES,
+                         description="LangChain create_agent, the same @tool functions")
+    raise ValueError(f"unknown baseline {name!r}; choose one of: {', '.join(BASELINES)}")
+
+
+def resolve_agent(agent: AgentSpec | str | Callable | Any, *, name: str | None = None) -> AgentSpec:
+    """An :class:`AgentSpec` from ``agent``: a spec (returned as is), ``"toolnode"``, ``"create_agent"``,
+    ``"kit"`` / ``"kit:PRESET"``, ``"package.module:factory"``, a factory ``f(ctx) -> compiled graph``, or
+    an uncompiled ``StateGraph`` (compiled per process with the lab's checkpointer; its model is its own).
+
+    Raises:
+        AgentlabError: an unknown name, a module that does not import, or an attribute that is none of these.
+    """
+    if isinstance(agent, AgentSpec):
+        return agent
+    if isinstance(agent, str):
+        if agent in BASELINES:
+            return baseline(agent)
+        if agent == "kit" or (agent.startswith("kit:") and agent[4:] in PRESETS):
+            return kit_agent("full" if agent == "kit" else agent[4:])
+        module_name, sep, attr = agent.partition(":")
+        if not sep or not attr or agent.startswith("kit:"):
+            raise AgentlabError(f"unknown agent {agent!r}; choose toolnode, create_agent, kit, kit:PRESET "
+                                f"(presets: {', '.join(PRESETS)}) or package.module:factory")
+        try:
+            target = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise AgentlabError(f"agent {agent!r} does not load: {type(exc).__name__}: {exc}") from exc
+        return resolve_agent(target, name=name or attr)
+    from langgraph.graph import StateGraph
+
+    if isinstance(agent, StateGraph):
+        return AgentSpec(name or "graph", lambda ctx: agent.compile(checkpointer=ctx.checkpointer),
+                         description="a StateGraph with its own model and tools")
+    if callable(agent):
+        return AgentSpec(name or getattr(agent, "__name__", "agent"), agent, description="a graph factory")
+    raise AgentlabError(f"an agent must be an AgentSpec, a factory f(ctx) -> compiled graph or a StateGraph, "
+                        f"not {type(agent).__name__}")

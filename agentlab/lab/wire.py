@@ -1,0 +1,116 @@
+"""The network between an agent and its outside world, as the yardstick fixes it: one order of events.
+
+An agent that sends its tool calls concurrently (LangGraph's ``ToolNode`` gathers them, LangChain's
+``create_agent`` runs each as its own task) races them against the database and the payment
+provider: which sibling commits before another's error cancels the rest changes from run to run. The
+yardstick puts each agent process behind a :class:`Wire` (statements reach PostgreSQL in the order
+they were sent, answers come back after a latency, in that order) and the provider behind a
+:class:`NetworkProvider` (a request travels before the provider performs it), so the same seed gives
+the same table. The order it fixes is the one the calls were sent in; the real world also allows the
+others.
+
+Sources: psycopg "Connection pools" (``connection_class``, ``configure``); asyncio "Futures".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+PROVIDER_LATENCY_S = 0.05  # the payment request's trip to the provider, before it does the work
+DB_LATENCY_S = 0.02  # an answer from PostgreSQL reaches the agent this long after the server finished
+ORDER_WAIT_S = 0.25  # how long the wire holds a statement or an answer back for the order (then lets it go)
+
+
+class Wire:
+    """The network between an agent process and PostgreSQL, as the lab fixes it.
+
+    Statements sent concurrently (``ToolNode``'s sibling calls, ``create_agent``'s tasks) reach the
+    server one after another in the order they were sent; an answer arrives ``latency_s`` seconds after
+    the server finished, once every statement sent so far has finished too, answers in the order sent
+    and at least ``latency_s`` apart (what one answer sets off, a sibling's error cancelling the rest,
+    settles before the next arrives).
+    So every call of a batch has done its work on the server before the agent reads the first answer,
+    and the first failure it reads is the first call's: the order of events, hence the table, is the
+    same on every run, however loaded the machine. A statement blocked on a lock or a slow trigger
+    holds the others back for ``order_wait_s`` seconds at most. The real world lets these race (which
+    sibling commits before an error cancels the rest); the lab shows one fixed order of them, the one
+    the calls were sent in."""
+
+    def __init__(self, latency_s: float = DB_LATENCY_S, order_wait_s: float = ORDER_WAIT_S):
+        self.latency_s, self.order_wait_s = latency_s, order_wait_s
+        self._ran: asyncio.Future | None = None
+        self._answered: asyncio.Future | None = None
+        self._running: set[asyncio.Future] = set()
+        self._answered_at = float("-inf")
+
+    async def carry(self, send: Callable[[], Any]):
+        """Run ``send()`` (a psycopg ``execute``, or a provider's call) in order; deliver its answer in order."""
+        loop = asyncio.get_running_loop()
+        ran_before, answered_before = self._ran, self._answered
+        self._ran = ran = loop.create_future()
+        self._answered = answered = loop.create_future()
+        self._running.add(ran)
+        try:
+            if ran_before is not None and not ran_before.done():
+                await asyncio.wait([ran_before], timeout=self.order_wait_s)
+            try:
+                return await send()
+            finally:
+                _finish(ran)
+                self._running.discard(ran)
+                await asyncio.sleep(self.latency_s)
+                waits = [f for f in (*self._running, answered_before) if f is not None and not f.done()]
+                if waits:
+                    await asyncio.wait(waits, timeout=self.order_wait_s)
+                gap = self._answered_at + self.latency_s - loop.time()
+                if gap > 0:  # answers at least latency_s apart: what one answer sets off settles first
+                    await asyncio.sleep(gap)
+                self._answered_at = loop.time()
+        finally:
+            _finish(ran)
+            self._running.discard(ran)
+            _finish(answered)
+
+
+def _finish(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class WiredConnection(psycopg.AsyncConnection):
+    """A psycopg connection whose ``execute`` goes through the process's :class:`Wire`."""
+
+    wire: Wire | None = None
+
+    async def execute(self, query, params=None, *, prepare=None, binary=False):
+        def send():
+            return super(WiredConnection, self).execute(query, params, prepare=prepare, binary=binary)
+
+        return await (self.wire.carry(send) if self.wire is not None else send())
+
+
+class NetworkProvider:
+    """The payment provider across a network: a request travels ``latency_s`` seconds before the provider
+    performs it (a real provider answers in tens to hundreds of milliseconds), then goes through a
+    :class:`Wire` of its own (performed in the order sent, answered in that order). It fixes the order of
+    what races a payment in flight (a sibling call's error cancelling it), so the same seed gives the
+    same table."""
+
+    def __init__(self, provider, latency_s: float = PROVIDER_LATENCY_S):
+        self._provider, self.latency_s = provider, latency_s
+        self.wire = Wire()
+
+    def __getattr__(self, name):
+        return getattr(self._provider, name)
+
+    async def create_charge(self, *args, **kwargs) -> dict:
+        await asyncio.sleep(self.latency_s)
+        return await self.wire.carry(lambda: self._provider.create_charge(*args, **kwargs))
+
+    async def create_refund(self, *args, **kwargs) -> dict:
+        await asyncio.sleep(self.latency_s)
+        return await self.wire.carry(lambda: self._provider.create_refund(*args, **kwargs))

@@ -1,0 +1,367 @@
+"""The yardstick: the failure lab run against any LangGraph agent, side by side with the kit.
+
+An agent (:class:`agentlab.lab.agents.AgentSpec`: the prebuilt ``ToolNode`` graph, LangChain's
+``create_agent``, the kit under a preset, or your own factory) plays a domain's scenario on the
+domain's schema and seed data, driven by the scripted model (or any chat model), under one fault;
+the domain's and the generic invariants then read the database, the provider and the message
+history. Every fault here needs no hook inside the agent's code:
+
+===========================  ===========================================================================
+fault                        mechanism, the same for every agent
+===========================  ===========================================================================
+hallucinations, constraints  the scripted model sends the bad arguments (the catalog's ``prepare``)
+``lock_timeout``             a second session holds the customer's row lock (the catalog's)
+``statement_timeout``        a trigger keeps the customer's UPDATE running (the catalog's)
+``backend_killed``           a trigger marks the customer's UPDATE in ``pg_locks``; another real
+                             connection runs ``pg_terminate_backend`` on that backend, mid-statement
+``crash_before_checkpoint``  the checkpointer: the process dies when the tools step's ToolMessages
+                             reach the saver, before they are written; a new process resumes the thread
+``provider_timeout``         the fake provider performs the payment, then the request times out
+``worker_crash``             the process calling the provider dies after the provider answered (the
+                             provider handed to the agent; with the kit's outbox, the outbox worker)
+``crash_mid_node``           needs a hook inside the tools step: only agents exposing ``node_hooks``
+===========================  ===========================================================================
+
+A fault that cannot apply to an agent (a hook it does not expose, a hallucination a real model would
+not make on cue) gives the cell ``n/a`` with the reason, never a pass.
+:data:`agentlab.lab.yardstick_faults.YARDSTICK_FAULTS` is the registry;
+:func:`agentlab.lab.yardstick_faults.register_fault` adds a fault (a family built elsewhere plugs in there).
+
+Episodes run one at a time, each agent process with its own pools and saver, and the episode ends
+only when the work the agent left running (a ``ToolNode`` sibling still in flight when another call
+raised) has finished: so the same seed gives the same table.
+
+``await Yardstick(harness).run("toolnode", "backend_killed")`` runs one episode;
+``await run_yardstick(["toolnode", "create_agent", "kit"])`` (:mod:`agentlab.lab.yardstick_table`) the table;
+``python -m agentlab chaos --agent toolnode create_agent kit`` prints it.
+
+Sources: LangGraph docs "Persistence" (resuming a thread with ``None``), "ToolNode" (its error
+handling); LangChain docs "Agents" (``create_agent``); PostgreSQL "pg_terminate_backend", "pg_locks".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from psycopg_pool import AsyncConnectionPool
+
+from agentlab.core.errors import SimulatedCrash
+from agentlab.core.outbox import OutboxWorker
+from agentlab.lab.agents import AgentContext, AgentSpec, resolve_agent
+from agentlab.lab.faults import fault_scenarios
+from agentlab.lab.invariants import KINDS, check_episode
+from agentlab.lab.runner import CrashableSaver
+from agentlab.lab.wire import NetworkProvider, Wire, WiredConnection
+from agentlab.lab.yardstick_faults import NA, YardstickFault, get_yardstick_fault
+from agentlab.runtime.harness import POOL_TIMEOUT_S, Episode, Harness, checkpointer_pool
+from agentlab.sim.model import ScriptedChatModel
+
+QUIET_CAP_S = 5.0  # how long an episode waits for the work its agent left running
+
+
+# --------------------------------------------------------------------------- one agent process
+
+class YardstickSaver(CrashableSaver):
+    """The real ``AsyncPostgresSaver`` (via :class:`agentlab.lab.runner.CrashableSaver`), where the
+    process can die on the way in: once a thread in :attr:`crash_at_tool_writes` hands it writes that
+    carry ToolMessages, the thread is dead in this process (nothing more is written for it) and
+    :class:`SimulatedCrash` is raised."""
+
+    def __init__(self, conn, **kwargs):
+        super().__init__(conn, **kwargs)
+        self.crash_at_tool_writes: set[str] = set()
+        self.crashed_here: set[str] = set()
+
+    async def aput_writes(self, config, writes, task_id, task_path: str = "") -> None:
+        thread_id = config["configurable"]["thread_id"]
+        if thread_id in self.crash_at_tool_writes and any(_has_tool_message(v) for _, v in writes):
+            self.crash_at_tool_writes.discard(thread_id)
+            self.kill(thread_id)
+            self.crashed_here.add(thread_id)
+        if thread_id in self.crashed_here:
+            raise self._crash(thread_id)
+        return await super().aput_writes(config, writes, task_id, task_path)
+
+    async def aput(self, config, checkpoint, metadata, new_versions):
+        # LangGraph hands writes to the saver in the background; the step's checkpoint (awaited before
+        # the next step under durability "sync") is where the dead process stops for certain
+        if config["configurable"]["thread_id"] in self.crashed_here:
+            raise self._crash(config["configurable"]["thread_id"])
+        return await super().aput(config, checkpoint, metadata, new_versions)
+
+    def _crash(self, thread_id: str) -> SimulatedCrash:
+        return SimulatedCrash(f"simulated process crash after the tools step, before its checkpoint (thread {thread_id})")
+
+
+def _has_tool_message(value: Any) -> bool:
+    if isinstance(value, ToolMessage):
+        return True
+    return isinstance(value, (list, tuple)) and any(isinstance(v, ToolMessage) for v in value)
+
+
+class EpisodeProcess:
+    """One agent process of an episode: its own autocommit pool (psycopg_pool's default size, four
+    connections, as a user opens one: ``AsyncConnectionPool(url, kwargs={"autocommit": True})``),
+    its checkpointer pool and saver."""
+
+    def __init__(self, url: str):
+        self.wire = Wire()
+        self.pool = AsyncConnectionPool(url, kwargs={"autocommit": True}, open=False,
+                                        connection_class=WiredConnection, configure=self._configure)
+        self.checkpointer_pool = checkpointer_pool(url, max_size=2)
+        self.saver: YardstickSaver | None = None
+
+    async def _configure(self, conn) -> None:
+        conn.wire = self.wire
+
+    async def open(self) -> EpisodeProcess:
+        try:
+            await self.pool.open(wait=True, timeout=POOL_TIMEOUT_S)
+            await self.checkpointer_pool.open(wait=True, timeout=POOL_TIMEOUT_S)
+        except BaseException:
+            await self.close()
+            raise
+        self.saver = YardstickSaver(self.checkpointer_pool)
+        return self
+
+    async def close(self) -> None:
+        await self.checkpointer_pool.close()
+        await self.pool.close()
+
+
+# --------------------------------------------------------------------------- one episode
+
+@dataclass
+class AgentRun:
+    """One episode of one agent under one fault: what a fault acts on while it runs, and the outcome.
+
+    ``pool`` is the harness's (another session: the lock holder, the killer); ``saver``, ``node`` and
+    ``worker`` are the episode's own. ``raised`` names what the agent's run raised (``None``: it ended).
+    ``status`` is ``"ran"`` or ``"n/a"`` (``reason`` says why)."""
+
+    agent: str
+    fault: str
+    scenario: Any = None
+    seed: int = 0
+    status: str = "ran"
+    reason: str = ""
+    thread_id: str = ""
+    customer_ids: list[int] = field(default_factory=list)
+    safeguards: Any = None
+    raised: str | None = None
+    crashed: bool = False
+    violations: list = field(default_factory=list)
+    messages: list = field(default_factory=list)
+    notes: dict[str, Any] = field(default_factory=dict)
+    harness: Any = None
+    saver: Any = None
+    node: Any = None
+    worker: Any = None
+    agent_provider: Any = None
+    network_provider: Any = None
+    outbox: bool = False
+    background: list = field(default_factory=list)
+
+    @property
+    def pool(self):
+        return self.harness.pool
+
+    @property
+    def provider(self):
+        return self.harness.provider
+
+    @property
+    def schema(self) -> str:
+        return self.safeguards.schema
+
+    def crash(self, where: str) -> SimulatedCrash:
+        """The process dies here: its saver writes nothing more for this thread. Raise the result."""
+        self.saver.kill(self.thread_id)
+        self.notes.setdefault("crashes", []).append(where)
+        return SimulatedCrash(f"simulated process crash {where} (thread {self.thread_id})")
+
+    def counts(self) -> dict[str, int]:
+        """Violations by kind (every kind of :data:`agentlab.lab.invariants.KINDS`, then a domain's own)."""
+        c = Counter(v.kind for v in self.violations)
+        return {**{k: c.get(k, 0) for k in KINDS}, **{k: n for k, n in c.items() if k not in KINDS}}
+
+
+def rename_script(script: list[list], names: dict[str, str]) -> list[list]:
+    """The scripted model's batches with the domain's tool names replaced by the agent's (``names``)."""
+    return [[replace(call, tool=names.get(call.tool, call.tool)) for call in step] for step in script]
+
+
+def as_domain_messages(messages: Sequence[BaseMessage], names: dict[str, str]) -> list[BaseMessage]:
+    """``messages`` with the agent's tool names mapped back to the domain's (``names`` is domain ->
+    agent), so the domain's invariants read the calls they know. Other messages are kept as they are."""
+    back = {v: k for k, v in names.items()}
+    if not back:
+        return list(messages)
+    out: list[BaseMessage] = []
+    for m in messages:
+        if isinstance(m, AIMessage) and m.tool_calls:
+            calls = [{**tc, "name": back.get(tc["name"], tc["name"])} for tc in m.tool_calls]
+            m = m.model_copy(update={"tool_calls": calls})
+        elif isinstance(m, ToolMessage) and m.name in back:
+            m = m.model_copy(update={"name": back[m.name]})
+        out.append(m)
+    return out
+
+
+def _leftover_tasks(before: set) -> set:
+    """Tasks started since ``before`` that belong to the agent (not a pool's own workers)."""
+    current = asyncio.current_task()
+    out = set()
+    for t in asyncio.all_tasks() - before:
+        if t is current or t.done():
+            continue
+        coro = t.get_coro()
+        code = getattr(coro, "cr_code", None)
+        if code is not None and "psycopg_pool" in code.co_filename:
+            continue
+        if getattr(coro, "__qualname__", "") == "Event.wait":
+            continue  # a timed wait inside a pool's scheduler (asyncio.wait_for's own task), not work
+        out.add(t)
+    return out
+
+
+class Yardstick:
+    """Runs agents under faults on one harness's database (its domain, schema and seed data).
+
+    Args:
+        harness: the database, the provider and the events (:class:`agentlab.runtime.harness.Harness`).
+        model: ``model(script, seed)`` builds the episode's chat model (default: the scripted model);
+            a real model (``model=lambda script, seed: load_model("openai:gpt-4o-mini")``) makes the
+            scripted hallucinations ``n/a``.
+    """
+
+    def __init__(self, harness: Harness, *, model: Callable[[list, int], Any] | None = None):
+        self.harness = harness
+        self.make_model = model or (lambda script, seed: ScriptedChatModel(script=script, seed=seed))
+        self.scripted = model is None
+        self._installed: set[str] = set()
+
+    async def run(self, agent, fault: str | YardstickFault = "none", *, seed: int = 0,
+                  scenario: str | None = None) -> AgentRun:
+        """One episode of ``agent`` (see :func:`agentlab.lab.agents.resolve_agent`) under ``fault``, checked.
+
+        The scenario is the fault's, chosen by ``seed`` as the failure lab chooses it (so every agent
+        plays the same episode for one seed). Returns the :class:`AgentRun` (``status`` ``"n/a"`` with
+        its ``reason`` when the fault cannot apply to the agent).
+
+        Raises:
+            ValueError: an unknown fault or scenario.
+            agentlab.core.errors.AgentlabError: an agent that does not load.
+        """
+        spec = resolve_agent(agent)
+        yf = get_yardstick_fault(fault) if isinstance(fault, str) else fault
+        h = self.harness
+        h.check_open()
+        rng = random.Random(f"{seed}:{yf.name}")
+        name = scenario or rng.choice(fault_scenarios(yf.fault, h.domain))
+        sc = yf.fault.prepare(h.scenario(name).clean(), rng)
+        out = AgentRun(spec.name, yf.name, sc, seed, harness=h)
+        why = yf.not_applicable(spec, scripted_model=self.scripted)
+        if why is not None:
+            out.status, out.reason = NA, why
+            return out
+        if yf.name not in self._installed:
+            await yf.fault.install(h.pool)
+            self._installed.add(yf.name)
+        sg = yf.fault.episode_safeguards(spec.checked_as) if spec.safeguards is not None else spec.checked_as
+        out.safeguards, out.outbox = sg, sg.outbox
+        out.thread_id = f"{spec.name.replace(':', '-')}-{yf.name}-{uuid.uuid4().hex[:12]}"
+        async with h.pool.connection() as conn:
+            out.customer_ids = await h.domain.create_rows(conn, sc, sg.schema)
+        out.network_provider = NetworkProvider(h.provider)
+        out.worker = OutboxWorker(h.pool, out.network_provider, thread_id=out.thread_id)
+        script = rename_script(sc.script(out.customer_ids), dict(spec.tool_names))
+        config = {"configurable": {"thread_id": out.thread_id, "tenant_id": sc.tenant_id}}
+        if spec.safeguards is not None:
+            from agentlab.core.graph import run_config
+
+            config = run_config(out.thread_id, tenant_id=sc.tenant_id)
+        durability = "sync" if yf.fault.resumes else "async"
+        before = set(asyncio.all_tasks())
+        processes: list[EpisodeProcess] = []
+        state: dict | None = None
+        try:
+            process = await self._process(processes)
+            out.saver = process.saver
+            if "node_hooks" not in yf.needs:
+                await yf.fault.arm(out)  # before the build: a fault may change the provider the agent gets
+            graph = self._build(spec, process, script, seed, out)
+            if "node_hooks" in yf.needs:
+                await yf.fault.arm(out)
+            try:
+                state = await graph.ainvoke({"messages": [HumanMessage(sc.prompt)]}, config, durability=durability)
+            except SimulatedCrash:
+                out.crashed = True
+            except Exception as exc:  # noqa: BLE001 (what the agent raised is a result)
+                out.raised = _describe(exc)
+            await self._quiet(before)
+            if out.crashed:
+                await yf.fault.before_restart(out)
+                process = await self._process(processes)
+                out.saver = process.saver
+                out.agent_provider = None
+                graph = self._build(spec, process, script, seed, out)
+                try:
+                    state = await graph.ainvoke(None, config, durability=durability)
+                except Exception as exc:  # noqa: BLE001 (what the agent raised is a result)
+                    out.raised = _describe(exc)
+                    state = None
+                await self._quiet(before)
+            if state is None:
+                snapshot = await graph.aget_state(config)
+                state = snapshot.values if snapshot is not None else {}
+            if out.outbox:
+                try:
+                    await out.worker.drain()
+                except SimulatedCrash:
+                    await yf.fault.before_restart(out)
+                    await OutboxWorker(h.pool, out.network_provider, thread_id=out.thread_id).drain()
+            await h.events.flush()
+        finally:
+            await yf.fault.disarm(out)
+            for p in processes:
+                await p.close()
+        out.messages = list(state.get("messages", []))
+        ep = Episode(sc.name, spec.name, out.thread_id, seed, out.customer_ids, sg.schema, sc.tenant_id,
+                     messages=as_domain_messages(out.messages, dict(spec.tool_names)))
+        out.violations = await check_episode(h.pool, ep, sc, sg, h.domain)
+        return out
+
+    async def _process(self, processes: list) -> EpisodeProcess:
+        p = await EpisodeProcess(self.harness.url).open()
+        processes.append(p)
+        return p
+
+    def _build(self, spec: AgentSpec, process: EpisodeProcess, script, seed: int, run: AgentRun):
+        ctx = AgentContext(self.make_model(script, seed), process.pool, run.agent_provider or run.network_provider,
+                           process.saver, self.harness.domain, self.harness.events,
+                           safeguards=run.safeguards if spec.safeguards is not None else None)
+        graph = spec.build(ctx)
+        run.node = ctx.exposed.get("node")
+        return graph
+
+    async def _quiet(self, before: set) -> None:
+        """Wait (at most :data:`QUIET_CAP_S`) for the work the agent left running, so that the checker
+        reads an end state, not a moment of it."""
+        left = _leftover_tasks(before)
+        if left:
+            await asyncio.wait(left, timeout=QUIET_CAP_S)
+
+
+def _describe(exc: BaseException) -> str:
+    """What an agent's run raised, as the table shows it: the exception's class, and the SQLSTATE when
+    PostgreSQL gave one."""
+    state = getattr(exc, "sqlstate", None)
+    return type(exc).__name__ + (f" ({state})" if state else "")

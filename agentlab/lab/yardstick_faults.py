@@ -1,0 +1,207 @@
+"""The yardstick's faults: the failure lab's catalog, applied to any agent, with nothing hooked into its code.
+
+Most come from the catalog (:mod:`agentlab.lab.faults`) as they are: a hallucination is a change to
+the script the model plays; a lock holder or a slow statement is another session or a trigger. Three are
+rebuilt so they need no hook inside the agent: :class:`KillDuringStatement` (another connection kills
+the backend the agent's UPDATE runs on), :class:`CrashAtCheckpoint` (the process dies in the
+checkpointer, on the tools step's writes) and :class:`CrashAfterPayment` (dies after the provider
+answered). :data:`YARDSTICK_FAULTS` lists them in table order; :func:`register_fault` adds one (for a
+family built elsewhere). A fault that needs what an agent does not expose is ``n/a`` for it
+(:meth:`YardstickFault.not_applicable`), never a pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from agentlab.core.errors import SimulatedCrash
+from agentlab.lab.agents import AgentSpec
+from agentlab.lab.faults import (
+    POLL_S,
+    SLOW_ARM,
+    SLOW_DISARM,
+    TERMINATE,
+    WAIT_CAP_S,
+    Fault,
+    SlowStatement,
+    get_fault,
+)
+
+NA = "n/a"
+
+SLOW_PID = (
+    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = 4242 AND objid = %s AND granted"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) LIMIT 1"
+)
+
+
+@dataclass(frozen=True)
+class KillDuringStatement(SlowStatement):
+    """While the agent's UPDATE of the episode's first customer runs (held by the statement trigger of
+    ``statement_timeout``, which marks it in ``pg_locks``), another connection terminates that backend
+    (``pg_terminate_backend``): the agent's statement meets a dead connection, whatever its code."""
+
+    def episode_safeguards(self, safeguards):
+        return safeguards
+
+    async def arm(self, run) -> None:
+        await self.install(run.pool)
+        customer = run.customer_ids[0]
+        async with run.pool.connection() as conn:
+            await conn.execute(SLOW_ARM, (customer,))
+
+        async def control() -> None:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + WAIT_CAP_S
+            try:
+                while loop.time() < deadline:
+                    async with run.pool.connection() as conn:
+                        row = await (await conn.execute(SLOW_PID, (customer,))).fetchone()
+                        if row is not None:
+                            done = (await (await conn.execute(TERMINATE, (row[0],))).fetchone())[0]
+                            run.notes["killed_pid"], run.notes["terminated"] = row[0], bool(done)
+                            return
+                    await asyncio.sleep(POLL_S)
+            finally:
+                with contextlib.suppress(Exception):
+                    async with run.pool.connection() as conn:
+                        await conn.execute(SLOW_DISARM, (customer,))
+
+        run.background.append(asyncio.create_task(control()))
+
+
+@dataclass(frozen=True)
+class CrashAtCheckpoint(Fault):
+    """The process dies once the first tools step's ToolMessages reach the checkpointer, before they
+    are written (the tools' effects are committed; the checkpoint is not); a new process resumes."""
+
+    resumes = True
+
+    async def arm(self, run) -> None:
+        run.saver.crash_at_tool_writes.add(run.thread_id)
+
+
+@dataclass(frozen=True)
+class CrashAfterPayment(Fault):
+    """The process that calls the provider dies after the provider did the work: the outbox worker for
+    an agent with the kit's outbox, else the agent's process (its provider answers, then it dies)."""
+
+    forget_keys: bool = False
+    scenarios: tuple[str, ...] = ("refund", "invoice", "topup", "batch")
+    resumes = True
+
+    async def arm(self, run) -> None:
+        if run.outbox:
+            def die(row_id: int) -> None:
+                if not run.notes.get("crashes"):
+                    run.notes.setdefault("crashes", []).append("worker, after the provider call")
+                    raise SimulatedCrash(f"simulated worker crash after the provider call (row {row_id})")
+
+            run.worker.hooks.after_provider_call.append(die)
+        else:
+            run.agent_provider = _DiesAfterPayment(run.network_provider, run)
+
+    async def before_restart(self, run) -> None:
+        if self.forget_keys:
+            run.provider.clock.advance(run.provider.retention_s + 2 * 86400)
+
+
+class _DiesAfterPayment:
+    """The provider as the agent's process sees it: the process dies once a payment call has returned."""
+
+    def __init__(self, provider, run):
+        self._provider, self._run = provider, run
+
+    def __getattr__(self, name):
+        return getattr(self._provider, name)
+
+    async def _after(self, response: dict) -> dict:
+        if not self._run.notes.get("crashes"):
+            raise self._run.crash("after the provider call")
+        return response
+
+    async def create_charge(self, *args, **kwargs) -> dict:
+        return await self._after(await self._provider.create_charge(*args, **kwargs))
+
+    async def create_refund(self, *args, **kwargs) -> dict:
+        return await self._after(await self._provider.create_refund(*args, **kwargs))
+
+
+@dataclass(frozen=True)
+class YardstickFault:
+    """A fault as the yardstick applies it: ``fault`` (its phases), ``needs`` (hooks the agent must
+    expose, else ``n/a``), ``scripted`` (a hallucination only the scripted model makes on cue)."""
+
+    fault: Fault
+    needs: frozenset[str] = frozenset()
+    scripted: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.fault.name
+
+    def not_applicable(self, agent: AgentSpec, *, scripted_model: bool) -> str | None:
+        """Why this fault cannot apply to ``agent`` (one line), or None when it applies."""
+        missing = sorted(self.needs - agent.exposes)
+        if missing:
+            return f"needs a hook inside the agent's tools step ({', '.join(missing)}), which {agent.name} does not expose"
+        if self.scripted and not scripted_model:
+            return "a hallucinated argument is scripted; a real model's arguments are its own"
+        return None
+
+
+@dataclass(frozen=True)
+class AsScripted(Fault):
+    """The scenario as its script has it, hallucination included (refund: the customer id of the refund
+    sent as text with a stray quote, ``"12'"``): the kit's seed story."""
+
+    def prepare(self, scenario, rng: random.Random):
+        from agentlab.domains.billing.scenarios import get_scenario
+
+        return get_scenario(scenario.name)
+
+
+_SCRIPTED = ("wrong_type", "negative_amount", "stray_quote", "other_tenant_id", "check_violation",
+             "unique_violation", "fk_violation", "wrong_order")
+YARDSTICK_FAULTS: dict[str, YardstickFault] = {
+    "none": YardstickFault(get_fault("none")),
+    "refund_story": YardstickFault(AsScripted(
+        "refund_story", "hallucinated_argument", "the refund story as scripted: the refund's customer id arrives "
+        "as \"12'\"; the model resends what it cannot tell was applied", "validation", ("refund",)), scripted=True),
+    **{name: YardstickFault(get_fault(name), scripted=True) for name in _SCRIPTED},
+    "lock_timeout": YardstickFault(get_fault("lock_timeout")),
+    "statement_timeout": YardstickFault(get_fault("statement_timeout")),
+    "backend_killed": YardstickFault(KillDuringStatement(
+        "backend_killed", "backend_killed", "pg_terminate_backend from another connection during the customer's "
+        "UPDATE", "transaction")),
+    "crash_before_checkpoint": YardstickFault(CrashAtCheckpoint(
+        "crash_before_checkpoint", "crash_before_checkpoint", "crash after the tools step, before its checkpoint; "
+        "resume in a new process", "ledger")),
+    "crash_mid_node": YardstickFault(get_fault("crash_mid_node"), needs=frozenset({"node_hooks"})),
+    "provider_timeout": YardstickFault(get_fault("provider_timeout")),
+    "worker_crash": YardstickFault(CrashAfterPayment(
+        "worker_crash", "worker_crash", "the caller of the provider dies after the call, before recording it",
+        "outbox")),
+}
+"""The faults the yardstick runs, in table order."""
+
+
+def register_fault(fault: Fault, *, needs: Iterable[str] = (), scripted: bool = False) -> None:
+    """Add ``fault`` (a :class:`agentlab.lab.faults.Fault`: ``prepare``, ``arm``, ``before_restart``,
+    ``disarm`` on the episode's :class:`AgentRun`) to :data:`YARDSTICK_FAULTS`; ``needs`` names the hooks
+    an agent must expose for it (else its cell is ``n/a``). Raises ValueError if the name is taken."""
+    if fault.name in YARDSTICK_FAULTS:
+        raise ValueError(f"the yardstick already has a fault named {fault.name!r}")
+    YARDSTICK_FAULTS[fault.name] = YardstickFault(fault, frozenset(needs), scripted)
+
+
+def get_yardstick_fault(name: str) -> YardstickFault:
+    """The named fault. Raises ValueError naming the known ones."""
+    try:
+        return YARDSTICK_FAULTS[name]
+    except KeyError:
+        raise ValueError(f"the yardstick has no fault {name!r}; choose one of: {', '.join(YARDSTICK_FAULTS)}") from None

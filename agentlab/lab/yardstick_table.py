@@ -1,0 +1,246 @@
+"""The yardstick's table: every agent under every fault, side by side, and ``chaos --agent``.
+
+:func:`run_yardstick` runs the agents (:func:`agentlab.lab.agents.resolve_agent`) under the faults
+(:data:`agentlab.lab.yardstick_faults.YARDSTICK_FAULTS`) on one fresh database, one episode at a time;
+:class:`YardstickResult` holds one row per episode and gives the fault x agent table (``n/a`` where a
+fault cannot apply), the violations by kind per agent, what each run raised, and the versions
+measured. :func:`render` is the command line's text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentlab.lab.agents import resolve_agent
+from agentlab.lab.yardstick import AgentRun, Yardstick
+from agentlab.lab.yardstick_faults import NA, YARDSTICK_FAULTS, get_yardstick_fault
+from agentlab.runtime.harness import Harness
+
+ROW_COLUMNS = ("agent", "fault", "scenario", "episode", "seed", "status", "reason", "raised", "crashed", "violations")
+
+
+@dataclass
+class YardstickResult:
+    """The yardstick's outcome: ``rows`` (a DataFrame, one row per agent, fault and episode, with
+    :data:`ROW_COLUMNS` and a count per violation kind), the agents and faults in table order, the
+    ``versions`` measured, and ``runs`` (the :class:`AgentRun` of each row, to trace one through)."""
+
+    rows: Any
+    agents: tuple[str, ...]
+    faults: tuple[str, ...]
+    seed: int
+    episodes_per_cell: int
+    versions: dict[str, str]
+    runs: list[AgentRun] = field(default_factory=list)
+
+    @property
+    def kinds(self) -> list[str]:
+        return [c for c in self.rows.columns if c not in ROW_COLUMNS]
+
+    @property
+    def summary(self):
+        """Violations per fault (rows) and agent (columns); ``"n/a"`` where the fault cannot apply."""
+        import pandas as pd
+
+        table = pd.DataFrame(index=list(self.faults), columns=list(self.agents), dtype=object)
+        for (fault, agent), part in self.rows.groupby(["fault", "agent"], sort=False):
+            ran = part[part["status"] == "ran"]
+            table.loc[fault, agent] = int(ran["violations"].sum()) if len(ran) else NA
+        table.index.name, table.columns.name = "fault", "agent"
+        return table
+
+    def by_kind(self):
+        """Violations per agent (rows) and kind (columns), over the faults that applied; kinds that never
+        occurred are left out."""
+        ran = self.rows[self.rows["status"] == "ran"]
+        sums = ran.groupby("agent", sort=False)[self.kinds].sum().reindex(list(self.agents), fill_value=0)
+        return sums.loc[:, (sums != 0).any(axis=0)].astype(int)
+
+    def raised(self):
+        """What each agent's run raised per fault (exception classes, ``-`` when it ended normally;
+        ``crash`` marks an episode whose process died and resumed)."""
+        import pandas as pd
+
+        table = pd.DataFrame(index=list(self.faults), columns=list(self.agents), dtype=object)
+        for (fault, agent), part in self.rows.groupby(["fault", "agent"], sort=False):
+            if (part["status"] != "ran").all():
+                table.loc[fault, agent] = NA
+                continue
+            seen = []
+            for r in part.itertuples():
+                what = ("crash, then " if r.crashed else "") + (r.raised if isinstance(r.raised, str) else "-")
+                if what not in seen:
+                    seen.append(what)
+            table.loc[fault, agent] = "; ".join(seen)
+        table.index.name, table.columns.name = "fault", "agent"
+        return table
+
+    def not_applicable(self) -> dict[tuple[str, str], str]:
+        """``{(fault, agent): reason}`` for every cell that is ``n/a``."""
+        na = self.rows[self.rows["status"] == NA]
+        return {(r.fault, r.agent): r.reason for r in na.itertuples()}
+
+    def deterministic_view(self):
+        """The rows as two runs with one seed must give them (nothing here varies with the clock)."""
+        return self.rows.reset_index(drop=True)
+
+    def run_of(self, agent: str, fault: str, episode: int = 0) -> AgentRun:
+        """The :class:`AgentRun` of one cell's episode. Raises KeyError when there is none."""
+        for r, run in zip(self.rows.itertuples(), self.runs):
+            if r.agent == agent and r.fault == fault and r.episode == episode:
+                return run
+        raise KeyError((agent, fault, episode))
+
+    def to_json(self) -> dict[str, Any]:
+        """``versions``, ``seed``, ``episodes_per_cell``, ``summary`` (``{agent: {fault: n or "n/a"}}``),
+        ``raised`` (same shape, text), ``not_applicable`` (``{agent: {fault: reason}}``) and ``rows``."""
+        summary, raised = self.summary, self.raised()
+        na: dict[str, dict[str, str]] = {}
+        for (fault, agent), reason in self.not_applicable().items():
+            na.setdefault(agent, {})[fault] = reason
+        return {"versions": self.versions, "seed": self.seed, "episodes_per_cell": self.episodes_per_cell,
+                "summary": {a: {f: summary.loc[f, a] for f in self.faults} for a in self.agents},
+                "raised": {a: {f: raised.loc[f, a] for f in self.faults} for a in self.agents},
+                "not_applicable": na,
+                "rows": [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()}
+                         for r in self.rows.to_dict(orient="records")]}
+
+
+def versions() -> dict[str, str]:
+    """The installed versions the table was measured with (LangGraph, its prebuilt agents, LangChain,
+    the checkpointer, psycopg)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for package in ("langgraph", "langgraph-prebuilt", "langchain", "langchain-core", "langgraph-checkpoint-postgres",
+                    "psycopg"):
+        try:
+            out[package] = version(package)
+        except PackageNotFoundError:
+            out[package] = "not installed"
+    return out
+
+
+def _row(run: AgentRun, episode: int) -> dict[str, Any]:
+    return {"agent": run.agent, "fault": run.fault, "scenario": run.scenario.name if run.scenario else None,
+            "episode": episode, "seed": run.seed, "status": run.status, "reason": run.reason, "raised": run.raised,
+            "crashed": run.crashed, "violations": len(run.violations), **run.counts()}
+
+
+async def run_yardstick(agents: Iterable = ("toolnode", "create_agent", "kit"), faults: Iterable[str] | None = None,
+                        *, episodes: int = 1, seed: int = 0, url: str | None = None, domain=None,
+                        model: Callable[[list, int], Any] | None = None) -> YardstickResult:
+    """Run every agent under every fault, ``episodes`` episodes per cell, on one fresh database.
+
+    Args:
+        agents: agents as :func:`agentlab.lab.agents.resolve_agent` takes them (names, specs, factories).
+        faults: names from :data:`YARDSTICK_FAULTS` (default: all, in its order).
+        episodes: episodes per cell; episode ``i`` has the seed :func:`agentlab.lab.experiments.episode_seed`
+            gives, the same for every agent and fault.
+        url: run on this database (default: a fresh one of ``domain``, dropped afterwards).
+        domain: the domain (default billing; the baselines' tools are billing's).
+        model: ``model(script, seed)`` builds each episode's chat model (default: the scripted model).
+
+    Raises:
+        ValueError: an unknown fault, one given twice, or ``episodes`` below 1.
+        agentlab.core.errors.AgentlabError: an agent that does not load.
+        agentlab.runtime.db.DatabaseUnavailable: no server.
+    """
+    from agentlab.lab.experiments import episode_seed
+
+    if episodes < 1:
+        raise ValueError(f"episodes must be at least 1, got {episodes}")
+    specs = [resolve_agent(a) for a in agents]
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two agents share a name ({', '.join(names)}); give each its own")
+    faults = tuple(faults or YARDSTICK_FAULTS)
+    if len(set(faults)) != len(faults):
+        raise ValueError("a fault is given more than once; name each fault once")
+    chosen = [get_yardstick_fault(f) for f in faults]
+    import pandas as pd
+
+    h = await Harness.open(url, purpose="yardstick", domain=domain)
+    ys = Yardstick(h, model=model)
+    rows, runs = [], []
+    try:
+        for yf in chosen:
+            for spec in specs:
+                for i in range(episodes):
+                    run = await h.watched(ys.run(spec, yf, seed=episode_seed(seed, i)))
+                    rows.append(_row(run, i))
+                    runs.append(run)
+    finally:
+        await h.close()
+    frame = pd.DataFrame(rows)
+    kinds = [c for c in frame.columns if c not in ROW_COLUMNS]
+    frame[kinds] = frame[kinds].fillna(0).astype(int)
+    frame["raised"] = frame["raised"].astype(object).where(frame["raised"].notna(), None)
+    return YardstickResult(frame, tuple(names), faults, seed, episodes, versions(), runs)
+
+
+def render(result: YardstickResult) -> str:
+    """The CLI's text: violations per fault and agent, violations by kind per agent, what each raised,
+    why a cell is n/a, and the versions measured."""
+    v = result.versions
+    lines = [(f"The same faults, side by side: invariant violations per fault (rows) and agent (columns); "
+             f"{result.episodes_per_cell} episode(s) per cell, seed {result.seed}"),
+             (f"measured with langgraph {v['langgraph']}, langgraph-prebuilt {v['langgraph-prebuilt']}, "
+             f"langchain {v['langchain']}, langgraph-checkpoint-postgres {v['langgraph-checkpoint-postgres']}"), "",
+             result.summary.to_string(), "", "Violations by kind (faults that applied):", "",
+             result.by_kind().to_string() if len(result.by_kind().columns) else "(none)", "",
+             "What each run raised (- : it ended normally):", "", result.raised().to_string()]
+    na = result.not_applicable()
+    if na:
+        lines += ["", "n/a (the fault cannot apply to that agent; never counted as a pass):"]
+        reasons: dict[str, list[str]] = {}
+        for (fault, agent), reason in na.items():
+            reasons.setdefault(reason, []).append(f"{fault} x {agent}")
+        lines += [f"  {', '.join(cells)}: {reason}" for reason, cells in reasons.items()]
+    return "\n".join(lines)
+
+
+def main(args) -> int:
+    """``python -m agentlab chaos --agent ...``: run the yardstick and print its table (or JSON)."""
+    import json
+    import logging
+    import sys
+
+    from agentlab.core.errors import AgentlabError
+
+    for name in ("psycopg", "psycopg.pool"):  # killed backends and cancelled siblings are the point here
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    agents: list[Any] = []
+    try:
+        for a in args.agent:
+            if a == "kit":
+                agents += [f"kit:{p}" for p in (args.presets or ["full"])]
+            else:
+                agents.append(resolve_agent(a))
+        faults = args.faults or list(YARDSTICK_FAULTS)
+        for f in faults:
+            get_yardstick_fault(f)
+        model = None
+        if getattr(args, "model", None):
+            from agentlab.sim.model import load_model
+
+            name = args.model
+            try:  # a missing package, key or a malformed name fails here, before any episode
+                load_model(name)
+            except AgentlabError:
+                raise
+            except Exception as exc:  # each provider's package raises its own
+                raise AgentlabError(f"model {name!r} could not be built: {type(exc).__name__}: {exc}") from exc
+            model = lambda script, seed: load_model(name)
+        if args.domain != "billing":
+            raise ValueError("the yardstick runs the billing domain (the baselines' tools are billing's); "
+                             "drop --domain")
+    except (AgentlabError, ValueError) as exc:
+        print(f"agentlab chaos: {exc}", file=sys.stderr)
+        return 2
+    result = asyncio.run(run_yardstick(agents, faults, episodes=args.episodes, seed=args.seed, model=model))
+    print(json.dumps(result.to_json(), default=str) if args.json else render(result), flush=True)
+    return 0
