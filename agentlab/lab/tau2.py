@@ -1,7 +1,8 @@
 """tau2-bench retail replayed through the kit: each task's golden actions under a preset and a fault.
 
-Each task runs on a database of its own (a copy of the retail template, :func:`agentlab.runtime.db.create_database`),
-through the graph and the :class:`~agentlab.core.tools_node.TransactionalToolsNode` of the failure lab
+Each task runs on the opening state: a :class:`Tau2Worker` holds one database (a copy of the retail
+template, :func:`agentlab.runtime.db.create_database`) and puts it back after each task
+(:func:`agentlab.domains.retail.reset.reset_state`); the task runs through the graph and the :class:`~agentlab.core.tools_node.TransactionalToolsNode` of the failure lab
 (:meth:`agentlab.lab.runner.Lab.run`): each golden action is one model turn with one tool call, id
 ``tau2-<task>-<action_id>`` (:class:`Tau2Model`). Then the end state is exported in tau2's ``RetailDB``
 shape, hashed (:func:`agentlab.domains.retail.export.canonical_hash`), compared with the hash tau2's own
@@ -45,16 +46,18 @@ from agentlab.core.scenario import Scenario
 from agentlab.domains.retail.domain import DOMAIN, DOMAIN_FIXED
 from agentlab.domains.retail.export import canonical_hash
 from agentlab.domains.retail.load import read_expected_hashes
+from agentlab.domains.retail.reset import OpeningPieces, reset_state
 from agentlab.lab.faults import FAULTS as CATALOG
 from agentlab.lab.faults import TERMINATE, Fault
 from agentlab.lab.runner import Lab
-from agentlab.runtime.db import drop_database
+from agentlab.core.safeguards import Safeguards
+from agentlab.runtime.db import template_name
 from agentlab.runtime.harness import Harness
 from agentlab.sim.model import PLAN_KEY, ScriptedChatModel
 
 WRITE_PREFIXES = ("INSERT", "UPDATE", "DELETE")
 LOCK_HOLD_S = 1.0  # lock_timeout: how long the other session holds the order's row lock
-DEFAULT_CONCURRENCY = 4  # tasks in flight (each on its own database)
+DEFAULT_CONCURRENCY = 4  # workers, each a database of its own running one task at a time
 
 
 # --------------------------------------------------------------------------- the model
@@ -301,8 +304,8 @@ class TaskRun:
     notes: dict = field(default_factory=dict)
     messages: list = field(default_factory=list, repr=False)
     wall_s: float = 0.0
-    database: str | None = field(default=None, repr=False)
     state: dict | None = field(default=None, repr=False)
+    escalated: bool = False  # the graph escalated (to a person) and ended the run before the script did
 
     @property
     def matches(self) -> bool:
@@ -329,44 +332,109 @@ class TaskRun:
                 "crashed": self.crashed, "error": self.error}
 
 
-async def run_task(task_id: str, preset: str = "full", fault: str | Fault = "none", *, fixed: bool = False,
-                   expected: dict | None = None, keep_messages: bool = False, keep_state: bool = False,
-                   drop: bool = True) -> TaskRun:
-    """Replay task ``task_id``'s golden actions under ``preset`` and ``fault`` on a fresh database.
+class Tau2Worker:
+    """One database (a copy of the retail template) and one :class:`Lab` on it, for tasks one at a time:
+    after each task the database goes back to the opening state (:func:`reset_state`, a few milliseconds)
+    instead of a new copy per task, and the end state is hashed from the entities the task wrote
+    (:class:`OpeningPieces`), not from a full export.
+
+    ``await Tau2Worker(domain).open()``, then :meth:`run` any number of times, then :meth:`close`
+    (drops the database).
+    """
+
+    def __init__(self, domain=DOMAIN, *, expected: dict | None = None):
+        self.domain = domain
+        self.expected = read_expected_hashes() if expected is None else expected
+        self.harness: Harness | None = None
+        self.lab: Lab | None = None
+        self.pieces: OpeningPieces | None = None
+
+    async def open(self) -> "Tau2Worker":
+        self.harness = await Harness.open(purpose="tau2", domain=self.domain, pool_max=2)
+        try:
+            self.lab = await Lab(self.harness, pool_max=2, checkpointer_max=2).start()
+            self.pieces = await _opening_pieces(self.harness)
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def close(self) -> None:
+        if self.lab is not None:
+            await self.lab.close()
+        if self.harness is not None:
+            await self.harness.close()
+        self.lab = self.harness = None
+
+    async def __aenter__(self) -> "Tau2Worker":
+        return await self.open()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def run(self, task_id: str, preset: str | Safeguards = "full", fault: str | Fault = "none", *,
+                  keep_messages: bool = False, keep_state: bool = False) -> TaskRun:
+        """Replay task ``task_id`` under ``preset`` and ``fault`` (see :func:`run_task`), then reset."""
+        name = f"tau2-{task_id}"
+        if name not in self.domain.scenarios:
+            raise ValueError(f"unknown tau2 task {task_id!r}: the tasks are 0 to {len(self.domain.scenarios) - 1}")
+        fault = get_fault(fault) if isinstance(fault, str) else fault
+        scenario = self.domain.scenarios[name]
+        h = self.harness
+        t0 = time.perf_counter()
+        try:
+            fr = await self.lab.run(fault, preset, scenario=scenario, model=model_for(scenario))
+            async with h.pool.connection() as conn:
+                if keep_state:
+                    state = await self.domain.export_state(conn, [])
+                    state_hash = canonical_hash(state)
+                else:
+                    state, state_hash = None, await self.pieces.state_hash(conn)
+        finally:
+            async with h.pool.connection() as conn:
+                await reset_state(conn)
+        ep = fr.episode
+        return TaskRun(str(task_id), fr.preset, fault.name, state_hash, self.expected["hashes"][str(task_id)],
+                       [(v.kind, v.detail) for v in fr.violations], fr.crashed, ep.error, dict(fr.notes),
+                       list(ep.messages) if keep_messages else [], time.perf_counter() - t0, state,
+                       escalated=ep.escalated)
+
+
+_OPENING: dict[str, OpeningPieces] = {}
+
+
+async def _opening_pieces(h: Harness) -> OpeningPieces:
+    """The opening state's pieces, exported once per process and template (a fresh copy holds it)."""
+    key = template_name(h.domain)
+    if key not in _OPENING:
+        async with h.pool.connection() as conn:
+            _OPENING[key] = OpeningPieces(await h.domain.export_state(conn, []))
+    return _OPENING[key]
+
+
+async def run_task(task_id: str, preset: str | Safeguards = "full", fault: str | Fault = "none", *,
+                   fixed: bool = False, expected: dict | None = None, keep_messages: bool = False,
+                   keep_state: bool = False) -> TaskRun:
+    """Replay task ``task_id``'s golden actions under ``preset`` and ``fault`` on a fresh database (a
+    :class:`Tau2Worker` of its own, closed at the end).
 
     Args:
+        preset: a preset name or a :class:`~agentlab.core.safeguards.Safeguards`.
         fixed: run the domain with tau2's last-variant bug fixed (:data:`DOMAIN_FIXED`).
         expected: ``expected_hashes.json`` as read (read once when None).
         keep_messages: keep the message history in the result (for a trace: :meth:`TaskRun.trace`).
         keep_state: keep the exported end state (tau2's ``RetailDB`` JSON) in ``TaskRun.state``.
-        drop: drop the task's database at the end (else its conninfo is in ``TaskRun.database``, for the
-            caller to drop: :func:`run_tau2` drops it outside its concurrency gate).
 
     Raises:
         ValueError: an unknown task or fault.
         agentlab.runtime.db.DatabaseUnavailable: no server.
     """
     domain = DOMAIN_FIXED if fixed else DOMAIN
-    name = f"tau2-{task_id}"
-    if name not in domain.scenarios:
+    if f"tau2-{task_id}" not in domain.scenarios:
         raise ValueError(f"unknown tau2 task {task_id!r}: the tasks are 0 to {len(domain.scenarios) - 1}")
     fault = get_fault(fault) if isinstance(fault, str) else fault
-    expected = read_expected_hashes() if expected is None else expected
-    scenario = domain.scenarios[name]
-    t0 = time.perf_counter()
-    async with await Harness.open(purpose="tau2", domain=domain, pool_max=2, keep=True) as h:
-        async with Lab(h, pool_max=2, checkpointer_max=2) as lab:
-            fr = await lab.run(fault, preset, scenario=scenario, model=model_for(scenario))
-        async with h.pool.connection() as conn:
-            state = await domain.export_state(conn, [])
-            state_hash = canonical_hash(state)
-    if drop:
-        await asyncio.to_thread(drop_database, h.url)
-    ep = fr.episode
-    return TaskRun(str(task_id), fr.preset, fault.name, state_hash, expected["hashes"][str(task_id)],
-                   [(v.kind, v.detail) for v in fr.violations], fr.crashed, ep.error, dict(fr.notes),
-                   list(ep.messages) if keep_messages else [], time.perf_counter() - t0,
-                   None if drop else h.url, state if keep_state else None)
+    async with Tau2Worker(domain, expected=expected) as worker:
+        return await worker.run(task_id, preset, fault, keep_messages=keep_messages, keep_state=keep_state)
 
 
 # --------------------------------------------------------------------------- the table
@@ -431,21 +499,23 @@ async def run_tau2(presets: Sequence[str] = ("full",), faults: Sequence[str] = (
     jobs = [(p, f, t) for p in presets for f in faults for t in task_ids]
     disable = (not sys.stderr.isatty()) if progress is None else not progress
     bar = tqdm(total=len(jobs), disable=disable, unit="task", desc="tau2", leave=False)
-    gate = asyncio.Semaphore(max(1, concurrency))
     t0 = time.perf_counter()
+    queue: asyncio.Queue = asyncio.Queue()
+    for n, job in enumerate(jobs):
+        queue.put_nowait((n, job))
+    runs: list[TaskRun | None] = [None] * len(jobs)
 
-    async def one(job) -> TaskRun:
-        p, f, t = job
-        async with gate:
-            try:
-                run = await run_task(t, p, f, fixed=fixed, expected=expected, drop=False)
-            finally:
-                bar.update(1)
-        await asyncio.to_thread(drop_database, run.database)  # outside the gate: the next task starts
-        return run
+    async def work() -> None:
+        async with Tau2Worker(domain, expected=expected) as worker:
+            while not queue.empty():
+                n, (p, f, t) = queue.get_nowait()
+                try:
+                    runs[n] = await worker.run(t, p, f)
+                finally:
+                    bar.update(1)
 
     try:
-        runs = await asyncio.gather(*(one(j) for j in jobs))
+        await asyncio.gather(*(work() for _ in range(max(1, min(concurrency, len(jobs))))))
     finally:
         bar.close()
     return Tau2Result(list(runs), list(presets), list(faults), task_ids, time.perf_counter() - t0)
