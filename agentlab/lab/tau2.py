@@ -42,6 +42,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field
 
+from agentlab.core.safeguards import Safeguards
 from agentlab.core.scenario import Scenario
 from agentlab.domains.retail.domain import DOMAIN, DOMAIN_FIXED
 from agentlab.domains.retail.export import canonical_hash
@@ -50,7 +51,6 @@ from agentlab.domains.retail.reset import OpeningPieces, reset_state
 from agentlab.lab.faults import FAULTS as CATALOG
 from agentlab.lab.faults import TERMINATE, Fault
 from agentlab.lab.runner import Lab
-from agentlab.core.safeguards import Safeguards
 from agentlab.runtime.db import template_name
 from agentlab.runtime.harness import Harness
 from agentlab.sim.model import PLAN_KEY, ScriptedChatModel
@@ -329,7 +329,7 @@ class TaskRun:
     def as_dict(self) -> dict[str, Any]:
         return {"task": self.task_id, "preset": self.preset, "fault": self.fault, "hash": self.state_hash,
                 "matches": self.matches, "violations": [{"kind": k, "detail": d} for k, d in self.violations],
-                "crashed": self.crashed, "error": self.error}
+                "crashed": self.crashed, "escalated": self.escalated, "error": self.error}
 
 
 class Tau2Worker:
@@ -349,7 +349,7 @@ class Tau2Worker:
         self.lab: Lab | None = None
         self.pieces: OpeningPieces | None = None
 
-    async def open(self) -> "Tau2Worker":
+    async def open(self) -> Tau2Worker:
         self.harness = await Harness.open(purpose="tau2", domain=self.domain, pool_max=2)
         try:
             self.lab = await Lab(self.harness, pool_max=2, checkpointer_max=2).start()
@@ -366,7 +366,7 @@ class Tau2Worker:
             await self.harness.close()
         self.lab = self.harness = None
 
-    async def __aenter__(self) -> "Tau2Worker":
+    async def __aenter__(self) -> Tau2Worker:  # noqa: PYI034
         return await self.open()
 
     async def __aexit__(self, *exc) -> None:
@@ -450,14 +450,16 @@ class Tau2Result:
     seconds: float
 
     def table(self) -> list[dict[str, Any]]:
-        """One row per preset and fault: tasks matched (of the tasks run) and violations by kind."""
+        """One row per preset and fault: tasks matched (of the tasks run), errors, runs the graph escalated
+        (ended for a person after ``max_rollbacks`` refused batches in a row) and violations by kind."""
         rows = []
         for p in self.presets:
             for f in self.faults:
                 runs = [r for r in self.runs if r.preset == p and r.fault == f]
                 kinds = Counter(k for r in runs for k, _ in r.violations)
                 rows.append({"preset": p, "fault": f, "matched": sum(r.matches for r in runs), "of": len(runs),
-                             "errors": sum(r.error is not None for r in runs), "violations": dict(sorted(kinds.items()))})
+                             "errors": sum(r.error is not None for r in runs),
+                             "escalated": sum(r.escalated for r in runs), "violations": dict(sorted(kinds.items()))})
         return rows
 
     def frame(self):
@@ -522,12 +524,12 @@ async def run_tau2(presets: Sequence[str] = ("full",), faults: Sequence[str] = (
 
 
 def render(result: Tau2Result) -> str:
-    """The table as text: preset, fault, matched/of, then each violation kind's count."""
+    """The table as text: preset, fault, matched/of, runs the graph escalated, then each violation kind's count."""
     rows = result.table()
     kinds = sorted({k for r in rows for k in r["violations"]})
-    head = ["preset", "fault", "matched", *kinds]
-    body = [[r["preset"], r["fault"], f"{r['matched']}/{r['of']}", *(str(r["violations"].get(k, 0)) for k in kinds)]
-            for r in rows]
+    head = ["preset", "fault", "matched", "escalated", *kinds]
+    body = [[r["preset"], r["fault"], f"{r['matched']}/{r['of']}", str(r["escalated"]),
+             *(str(r["violations"].get(k, 0)) for k in kinds)] for r in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
     lines = ["  ".join(x.ljust(w) for x, w in zip(line, widths)) for line in (head, *body)]
     return "\n".join(lines) + f"\n{len(result.runs)} task runs in {result.seconds:.1f} s"

@@ -32,7 +32,13 @@ from typing import Any
 import psycopg
 
 from agentlab.domains.retail.export import (
-    ORDER_QUERIES, PRODUCT_QUERIES, USER_QUERIES, _fetch, assemble_orders, assemble_products, assemble_users,
+    ORDER_QUERIES,
+    PRODUCT_QUERIES,
+    USER_QUERIES,
+    _fetch,
+    assemble_orders,
+    assemble_products,
+    assemble_users,
     round_floats,
 )
 from agentlab.domains.retail.load import COLUMNS
@@ -227,4 +233,4 @@ class OpeningPieces:
         return self.hash_with(await fetch_entities(conn, written), written)
 
 
-__all__ = ["CHANGE_LOG_SQL", "OpeningPieces", "SNAPSHOT_SQL", "changed", "entity_text", "fetch_entities", "reset_state"]
+__all__ = ["CHANGE_LOG_SQL", "SNAPSHOT_SQL", "OpeningPieces", "changed", "entity_text", "fetch_entities", "reset_state"]
