@@ -19,6 +19,8 @@ The faults (:data:`FAULTS`) are the catalog's, fitted to turns of one call each:
 ``hallucinated_order_id``  every order id is first sent without its ``#`` (``W2378156``); the model resends it
                            fixed once told the order was not found
 ``lock_timeout``           another session holds the first written order's row lock (``FOR UPDATE``) for 1 s
+``statement_timeout``      a trigger holds the first written order's writes (its row, an item, a new payment)
+                           until 0.25 s past the statement timeout (scaled to 250 ms where timeouts are on)
 =========================  ================================================================================
 
 ``await run_tau2(["full", "naive"], ["none", "crash_mid_node"])`` returns a :class:`Tau2Result`;
@@ -40,6 +42,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from psycopg_pool import PoolClosed
 from pydantic import Field
 
 from agentlab.core.safeguards import Safeguards
@@ -49,7 +52,7 @@ from agentlab.domains.retail.export import canonical_hash
 from agentlab.domains.retail.load import read_expected_hashes
 from agentlab.domains.retail.reset import OpeningPieces, reset_state
 from agentlab.lab.faults import FAULTS as CATALOG
-from agentlab.lab.faults import TERMINATE, Fault
+from agentlab.lab.faults import POLL_S, TERMINATE, Fault, SlowStatement, _finish
 from agentlab.lab.runner import Lab
 from agentlab.runtime.db import template_name
 from agentlab.runtime.harness import Harness
@@ -262,6 +265,93 @@ class OrderLockHolder(Fault):
                 await task
 
 
+ORDER_SLOW_INSTALLED = "SELECT 1 FROM pg_trigger WHERE tgname = 'chaos_slow_order' AND tgrelid = 'retail.orders'::regclass"
+ORDER_SLOW_DDL = """
+CREATE TABLE IF NOT EXISTS public.chaos_slow_orders (order_id text PRIMARY KEY);
+CREATE OR REPLACE FUNCTION public.chaos_slow_order() RETURNS trigger LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, public AS $$  -- fires for the agent role too
+BEGIN
+    IF EXISTS (SELECT 1 FROM public.chaos_slow_orders WHERE order_id = NEW.order_id) THEN
+        -- a marker the fault's controller can see in pg_locks: this order's write is now slow
+        PERFORM pg_advisory_xact_lock_shared(4244, hashtext(NEW.order_id));
+        WHILE EXISTS (SELECT 1 FROM public.chaos_slow_orders WHERE order_id = NEW.order_id) LOOP
+            PERFORM pg_sleep(0.02);
+        END LOOP;
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER chaos_slow_order BEFORE UPDATE ON retail.orders FOR EACH ROW EXECUTE FUNCTION public.chaos_slow_order();
+CREATE TRIGGER chaos_slow_order BEFORE UPDATE ON retail.order_items FOR EACH ROW EXECUTE FUNCTION public.chaos_slow_order();
+CREATE TRIGGER chaos_slow_order BEFORE INSERT ON retail.payment_history FOR EACH ROW
+    EXECUTE FUNCTION public.chaos_slow_order();
+"""
+ORDER_SLOW_SEEN = ("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = 4244 "
+                   "AND objid = hashtext(%s)::oid AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))")
+
+
+def _first_written_order(run) -> str | None:
+    writers = set(run.node.toolset.writers())
+    return next((c.args.get("order_id") for _s, _k, c in run.scenario.calls()
+                 if c.tool in writers and "order_id" in c.args), None)
+
+
+@dataclass(frozen=True)
+class SlowOrderWrite(SlowStatement):
+    """The catalog's ``statement_timeout`` on retail: a trigger makes every write of the first written
+    order's rows (its ``orders`` row, an item, a new payment) wait; once the first such statement is seen
+    waiting, the fault lets it run ``margin_s`` past the episode's statement timeout (250 ms where the
+    timeouts are on), then lifts it. A task whose order writes are all refused before any SQL writes
+    (tau2 refuses them) never meets it."""
+
+    scenarios: tuple[str, ...] = ()
+
+    async def install(self, pool) -> None:
+        async with pool.connection() as conn:
+            if await (await conn.execute(ORDER_SLOW_INSTALLED)).fetchone() is None:
+                await conn.execute("SELECT pg_advisory_lock(4245)")  # one installer at a time
+                try:
+                    if await (await conn.execute(ORDER_SLOW_INSTALLED)).fetchone() is None:
+                        await conn.execute(ORDER_SLOW_DDL)
+                finally:
+                    await conn.execute("SELECT pg_advisory_unlock(4245)")
+
+    async def arm(self, run) -> None:
+        order_id = _first_written_order(run)
+        if order_id is None:
+            return
+        slow_s = self.statement_timeout_ms / 1000 + self.margin_s
+        async with run.pool.connection() as conn:
+            await conn.execute("INSERT INTO public.chaos_slow_orders VALUES (%s) ON CONFLICT DO NOTHING", (order_id,))
+        run.notes["slow_order"] = order_id
+        done = asyncio.Event()
+        run.notes["_episode_done"] = done
+
+        async def control() -> None:
+            try:
+                while not done.is_set():
+                    async with run.pool.connection() as conn:
+                        seen = (await (await conn.execute(ORDER_SLOW_SEEN, (order_id,))).fetchone())[0]
+                    if seen:
+                        run.notes["slow_statement_seen"] = True
+                        await asyncio.sleep(slow_s)
+                        break
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(done.wait(), POLL_S)
+            finally:
+                with contextlib.suppress(PoolClosed):
+                    async with run.pool.connection() as conn:
+                        await conn.execute("DELETE FROM public.chaos_slow_orders WHERE order_id = %s", (order_id,))
+                run.notes["slow_s"] = slow_s
+
+        run.background.append(asyncio.create_task(control()))
+
+    async def disarm(self, run) -> None:
+        done = run.notes.pop("_episode_done", None)
+        if done is not None:
+            done.set()  # the episode is over: a write never seen will not come
+        await _finish(run.background)
+
+
 FAULTS: dict[str, Fault] = {f.name: f for f in (
     CATALOG["none"],
     MidWrite("crash_mid_node", "crash_mid_node",
@@ -275,6 +365,8 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
                        "every order id first sent without its '#'", "validation"),
     OrderLockHolder("lock_timeout", "lock_timeout", "a second session holds the order's row lock for 1 s",
                     "timeouts"),
+    SlowOrderWrite("statement_timeout", "statement_timeout",
+                   "a trigger holds the first written order's writes past the statement timeout", "timeouts"),
 )}
 """Retail's faults, by name (see the module docstring)."""
 
@@ -339,7 +431,8 @@ class Tau2Worker:
     (:class:`OpeningPieces`), not from a full export.
 
     ``await Tau2Worker(domain).open()``, then :meth:`run` any number of times, then :meth:`close`
-    (drops the database).
+    (drops the database). The database commits with ``synchronous_commit = off``, as the chaos command's
+    (a server crash could lose its last commits; no fault here crashes the server).
     """
 
     def __init__(self, domain=DOMAIN, *, expected: dict | None = None):
@@ -350,7 +443,17 @@ class Tau2Worker:
         self.pieces: OpeningPieces | None = None
 
     async def open(self) -> Tau2Worker:
-        self.harness = await Harness.open(purpose="tau2", domain=self.domain, pool_max=2)
+        from agentlab.lab.experiments import _fast_commit
+        from agentlab.runtime import db
+
+        url = await asyncio.to_thread(db.create_database, "tau2", self.domain)
+        try:
+            await asyncio.to_thread(_fast_commit, url)  # as the chaos command's: a commit's fsync is the disk's time
+            self.harness = await Harness.open(url, domain=self.domain, pool_max=2)
+        except BaseException:
+            await asyncio.to_thread(db.drop_database, url)
+            raise
+        self.harness.owns_database = True  # made here: dropped by close()
         try:
             self.lab = await Lab(self.harness, pool_max=2, checkpointer_max=2).start()
             self.pieces = await _opening_pieces(self.harness)
@@ -441,13 +544,14 @@ async def run_task(task_id: str, preset: str | Safeguards = "full", fault: str |
 
 @dataclass
 class Tau2Result:
-    """Every :class:`TaskRun` of a run, and how long it took (seconds)."""
+    """Every :class:`TaskRun` of a run, how long it took (seconds) and the CPU time this process spent."""
 
     runs: list[TaskRun]
     presets: list[str]
     faults: list[str]
     tasks: list[str]
     seconds: float
+    cpu_s: float = 0.0  # this process's CPU time (user + system) during the run, seconds
 
     def table(self) -> list[dict[str, Any]]:
         """One row per preset and fault: tasks matched (of the tasks run), errors, runs the graph escalated
@@ -473,7 +577,8 @@ class Tau2Result:
 
     def to_json(self) -> dict[str, Any]:
         return {"presets": self.presets, "faults": self.faults, "tasks": self.tasks,
-                "seconds": round(self.seconds, 2), "table": self.table(), "runs": [r.as_dict() for r in self.runs]}
+                "seconds": round(self.seconds, 2), "cpu_s": round(self.cpu_s, 2), "table": self.table(),
+                "runs": [r.as_dict() for r in self.runs]}
 
 
 async def run_tau2(presets: Sequence[str] = ("full",), faults: Sequence[str] = ("none",),
@@ -501,9 +606,11 @@ async def run_tau2(presets: Sequence[str] = ("full",), faults: Sequence[str] = (
     jobs = [(p, f, t) for p in presets for f in faults for t in task_ids]
     disable = (not sys.stderr.isatty()) if progress is None else not progress
     bar = tqdm(total=len(jobs), disable=disable, unit="task", desc="tau2", leave=False)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     queue: asyncio.Queue = asyncio.Queue()
-    for n, job in enumerate(jobs):
+    # run task by task across the presets and faults, so that the faults that wait (a held lock, a slow
+    # statement) overlap with those that compute; the result keeps the preset-fault-task order
+    for n, job in sorted(enumerate(jobs), key=lambda nj: (task_ids.index(nj[1][2]), nj[0])):
         queue.put_nowait((n, job))
     runs: list[TaskRun | None] = [None] * len(jobs)
 
@@ -520,7 +627,8 @@ async def run_tau2(presets: Sequence[str] = ("full",), faults: Sequence[str] = (
         await asyncio.gather(*(work() for _ in range(max(1, min(concurrency, len(jobs))))))
     finally:
         bar.close()
-    return Tau2Result(list(runs), list(presets), list(faults), task_ids, time.perf_counter() - t0)
+    return Tau2Result(list(runs), list(presets), list(faults), task_ids, time.perf_counter() - t0,
+                      time.process_time() - cpu0)
 
 
 def render(result: Tau2Result) -> str:
@@ -532,15 +640,17 @@ def render(result: Tau2Result) -> str:
              *(str(r["violations"].get(k, 0)) for k in kinds)] for r in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
     lines = ["  ".join(x.ljust(w) for x, w in zip(line, widths)) for line in (head, *body)]
-    return "\n".join(lines) + f"\n{len(result.runs)} task runs in {result.seconds:.1f} s"
+    return "\n".join(lines) + (f"\n{len(result.runs)} task runs in {result.seconds:.1f} s "
+                               f"({result.cpu_s:.1f} s of this process's CPU)")
 
 
 # --------------------------------------------------------------------------- command line
 
 def main(args) -> int:
     """Run the command; 0 when it ran (whatever matched), 2 on a bad argument."""
+    faults = list(FAULTS) if args.faults == ["all"] else args.faults
     try:
-        result = asyncio.run(run_tau2(args.presets, args.faults, args.tasks, fixed=args.fixed,
+        result = asyncio.run(run_tau2(args.presets, faults, args.tasks, fixed=args.fixed,
                                       concurrency=args.concurrency, progress=None if not args.json else False))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
