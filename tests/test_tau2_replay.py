@@ -77,6 +77,15 @@ async def test_a_killed_backend_inside_a_multi_row_write_double_applies_only_wit
     assert not naive.matches and "order_payments" in kinds(naive)
 
 
+async def test_a_slow_order_write_past_the_statement_timeout_is_retried_and_the_end_state_matches():
+    result = await run_tau2(["full", "naive"], ["statement_timeout"], ["30"], concurrency=2, progress=False)
+    full, naive = result.runs
+    for run in (full, naive):
+        assert run.notes["slow_order"] == "#W2692684" and run.notes["slow_statement_seen"], run.notes
+        assert run.matches and run.violations == [] and not run.escalated
+    assert result.table()[0]["matched"] == result.table()[1]["matched"] == 1
+
+
 async def test_golden_actions_tau2_refuses_are_refused_with_no_effect():
     # 64_6: exchange of a non-delivered order; 106_0: gift card balance too low for the exchange
     for task, action in (("64", "tau2-64-64_6"), ("105", "tau2-105-106_0")):
@@ -171,7 +180,7 @@ async def test_all_114_tasks_match_tau2_under_full_reproduced_and_109_fixed():
 @pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get("RETAIL_FULL"), reason="all 114 tasks take minutes: set RETAIL_FULL=1")
 @pytest.mark.parametrize("fault", ["crash_mid_node", "backend_killed", "crash_before_checkpoint",
-                                   "hallucinated_order_id", "lock_timeout"])
+                                   "hallucinated_order_id", "lock_timeout", "statement_timeout"])
 async def test_all_114_tasks_match_under_full_under_each_fault(fault):
     result = await run_tau2(["full"], [fault], progress=False)
     # hallucinated_order_id: 46, 47 and 64 escalate (three refused batches in a row, see the test above)
@@ -192,7 +201,7 @@ def test_the_tau2_command_prints_json_with_each_tasks_hash_and_violations():
     out = _cli("--tasks", "21", "--json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
-    assert report["table"] == [{"preset": "full", "fault": "none", "matched": 1, "of": 1, "errors": 0,
+    assert report["table"] == [{"preset": "full", "fault": "none", "matched": 1, "of": 1, "errors": 0, "escalated": 0,
                                 "violations": {"item_matches_variant": 1, "order_payments": 1}}]
     (task,) = report["runs"]
     assert task["task"] == "21" and task["matches"] and len(task["hash"]) == 64
@@ -203,4 +212,5 @@ def test_the_tau2_command_refuses_an_unknown_fault_in_one_line():
     out = _cli("--faults", "meteor", "--tasks", "3")
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip() == ("error: unknown tau2 fault 'meteor'; choose one of: none, crash_mid_node, "
-                                  "backend_killed, crash_before_checkpoint, hallucinated_order_id, lock_timeout")
+                                  "backend_killed, crash_before_checkpoint, hallucinated_order_id, lock_timeout, "
+                                  "statement_timeout")
