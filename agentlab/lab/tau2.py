@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import random
 import sys
 import time
@@ -441,6 +442,7 @@ class Tau2Worker:
         self.harness: Harness | None = None
         self.lab: Lab | None = None
         self.pieces: OpeningPieces | None = None
+        self._backend_cpu0: dict[int, float] | None = None
 
     async def open(self) -> Tau2Worker:
         from agentlab.lab.experiments import _fast_commit
@@ -457,10 +459,35 @@ class Tau2Worker:
         try:
             self.lab = await Lab(self.harness, pool_max=2, checkpointer_max=2).start()
             self.pieces = await _opening_pieces(self.harness)
+            self._backend_cpu0 = await self._backend_cpu()
         except BaseException:
             await self.close()
             raise
         return self
+
+    async def _backend_cpu(self) -> dict[int, float] | None:
+        """CPU seconds (user + system) of each server backend on this worker's database, read from
+        ``/proc`` (None when the server's processes are not visible from here)."""
+        async with self.harness.pool.connection() as conn:
+            cur = await conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+            pids = [r[0] for r in await cur.fetchall()]
+        hz, out = os.sysconf("SC_CLK_TCK"), {}
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                return None
+            out[pid] = (int(fields[11]) + int(fields[12])) / hz
+        return out
+
+    async def server_cpu_s(self) -> float | None:
+        """CPU seconds the server spent on this worker's database since :meth:`open`, summed over the
+        backends alive now (one a fault killed is not counted); None when ``/proc`` does not show them."""
+        now = await self._backend_cpu()
+        if now is None or self._backend_cpu0 is None:
+            return None
+        return sum(cpu - self._backend_cpu0.get(pid, 0.0) for pid, cpu in now.items())
 
     async def close(self) -> None:
         if self.lab is not None:
@@ -552,6 +579,7 @@ class Tau2Result:
     tasks: list[str]
     seconds: float
     cpu_s: float = 0.0  # this process's CPU time (user + system) during the run, seconds
+    server_cpu_s: float | None = None  # the server's, on the workers' databases (Tau2Worker.server_cpu_s)
 
     def table(self) -> list[dict[str, Any]]:
         """One row per preset and fault: tasks matched (of the tasks run), errors, runs the graph escalated
@@ -577,7 +605,9 @@ class Tau2Result:
 
     def to_json(self) -> dict[str, Any]:
         return {"presets": self.presets, "faults": self.faults, "tasks": self.tasks,
-                "seconds": round(self.seconds, 2), "cpu_s": round(self.cpu_s, 2), "table": self.table(),
+                "seconds": round(self.seconds, 2), "cpu_s": round(self.cpu_s, 2),
+                "server_cpu_s": None if self.server_cpu_s is None else round(self.server_cpu_s, 2),
+                "table": self.table(),
                 "runs": [r.as_dict() for r in self.runs]}
 
 
@@ -614,6 +644,8 @@ async def run_tau2(presets: Sequence[str] = ("full",), faults: Sequence[str] = (
         queue.put_nowait((n, job))
     runs: list[TaskRun | None] = [None] * len(jobs)
 
+    server_cpu: list[float | None] = []
+
     async def work() -> None:
         async with Tau2Worker(domain, expected=expected) as worker:
             while not queue.empty():
@@ -622,13 +654,14 @@ async def run_tau2(presets: Sequence[str] = ("full",), faults: Sequence[str] = (
                     runs[n] = await worker.run(t, p, f)
                 finally:
                     bar.update(1)
+            server_cpu.append(await worker.server_cpu_s())
 
     try:
         await asyncio.gather(*(work() for _ in range(max(1, min(concurrency, len(jobs))))))
     finally:
         bar.close()
     return Tau2Result(list(runs), list(presets), list(faults), task_ids, time.perf_counter() - t0,
-                      time.process_time() - cpu0)
+                      time.process_time() - cpu0, None if None in server_cpu else sum(server_cpu))
 
 
 def render(result: Tau2Result) -> str:
@@ -640,8 +673,9 @@ def render(result: Tau2Result) -> str:
              *(str(r["violations"].get(k, 0)) for k in kinds)] for r in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
     lines = ["  ".join(x.ljust(w) for x, w in zip(line, widths)) for line in (head, *body)]
+    server = "" if result.server_cpu_s is None else f", {result.server_cpu_s:.1f} s of the server's"
     return "\n".join(lines) + (f"\n{len(result.runs)} task runs in {result.seconds:.1f} s "
-                               f"({result.cpu_s:.1f} s of this process's CPU)")
+                               f"({result.cpu_s:.1f} s of this process's CPU{server})")
 
 
 # --------------------------------------------------------------------------- command line
