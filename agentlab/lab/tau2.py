@@ -471,15 +471,8 @@ class Tau2Worker:
         async with self.harness.pool.connection() as conn:
             cur = await conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
             pids = [r[0] for r in await cur.fetchall()]
-        hz, out = os.sysconf("SC_CLK_TCK"), {}
-        for pid in pids:
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                return None
-            out[pid] = (int(fields[11]) + int(fields[12])) / hz
-        return out
+        out = {pid: _proc_cpu_s(pid) for pid in pids}
+        return None if None in out.values() else out
 
     async def server_cpu_s(self) -> float | None:
         """CPU seconds the server spent on this worker's database since :meth:`open`, summed over the
@@ -528,6 +521,16 @@ class Tau2Worker:
                        [(v.kind, v.detail) for v in fr.violations], fr.crashed, ep.error, dict(fr.notes),
                        list(ep.messages) if keep_messages else [], time.perf_counter() - t0, state,
                        escalated=ep.escalated)
+
+
+def _proc_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` (``/proc/<pid>/stat``), or None when not visible."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 _OPENING: dict[str, OpeningPieces] = {}
@@ -693,4 +696,5 @@ def main(args) -> int:
     return 0
 
 
-__all__ = ["FAULTS", "MidWrite", "TaskRun", "Tau2Model", "Tau2Result", "get_fault", "render", "run_task", "run_tau2"]
+__all__ = ["FAULTS", "MidWrite", "SlowOrderWrite", "TaskRun", "Tau2Model", "Tau2Result", "Tau2Worker", "get_fault",
+           "render", "run_task", "run_tau2"]

@@ -12,9 +12,9 @@ and client time; a task changes a handful of rows. So the domain keeps, in its t
   back write leaves no entry (the entry is in the same transaction);
 - ``retail.snapshot_<table>``: a copy of each table as seeded.
 
-:func:`reset_state` puts back, from the snapshot, every entity the log names (children deleted and
-re-inserted, parents upserted, rows the snapshot lacks deleted) and empties the log, in one
-transaction: the database is then in the opening state again (``tests/test_tau2_replay.py`` checks the
+:func:`reset_state` calls ``retail.reset_to_opening()`` (:data:`RESET_FUNCTION_SQL`), which puts back,
+from the snapshot, every entity the log names (children deleted and re-inserted, parents upserted, rows
+the snapshot lacks deleted) and empties the log, in one statement: the database is then in the opening state again (``tests/test_tau2_replay.py`` checks the
 full export's hash after a reset). :class:`OpeningPieces` holds the opening state as the JSON text of each
 entity, so that :meth:`OpeningPieces.state_hash` exports only the entities the log names and gives
 the same :func:`~agentlab.domains.retail.export.canonical_hash` as the full export (the text tau2's
@@ -233,4 +233,5 @@ class OpeningPieces:
         return self.hash_with(await fetch_entities(conn, written), written)
 
 
-__all__ = ["CHANGE_LOG_SQL", "SNAPSHOT_SQL", "OpeningPieces", "changed", "entity_text", "fetch_entities", "reset_state"]
+__all__ = ["CHANGE_LOG_SQL", "RESET_FUNCTION_SQL", "SNAPSHOT_SQL", "OpeningPieces", "changed", "entity_text",
+           "fetch_entities", "reset_state"]
