@@ -12,13 +12,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 
 from agentlab.core.domain import Domain
+from agentlab.core.safeguards import preset
 from agentlab.domains.retail import DOMAIN, DOMAIN_FIXED
 from agentlab.domains.retail.domain import LAST_VARIANT_BUG_TASKS
-from agentlab.lab.tau2 import render, run_task, run_tau2
+from agentlab.domains.retail.export import export_state
+from agentlab.lab.tau2 import Tau2Worker, render, run_task, run_tau2
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ["3", "30", "44"]  # modify items (credit card), cancel (gift card), modify items (gift card)
@@ -74,6 +77,15 @@ async def test_a_killed_backend_inside_a_multi_row_write_double_applies_only_wit
     assert not naive.matches and "order_payments" in kinds(naive)
 
 
+async def test_a_slow_order_write_past_the_statement_timeout_is_retried_and_the_end_state_matches():
+    result = await run_tau2(["full", "naive"], ["statement_timeout"], ["30"], concurrency=2, progress=False)
+    full, naive = result.runs
+    for run in (full, naive):
+        assert run.notes["slow_order"] == "#W2692684" and run.notes["slow_statement_seen"], run.notes
+        assert run.matches and run.violations == [] and not run.escalated
+    assert result.table()[0]["matched"] == result.table()[1]["matched"] == 1
+
+
 async def test_golden_actions_tau2_refuses_are_refused_with_no_effect():
     # 64_6: exchange of a non-delivered order; 106_0: gift card balance too low for the exchange
     for task, action in (("64", "tau2-64-64_6"), ("105", "tau2-105-106_0")):
@@ -88,6 +100,54 @@ async def test_an_order_id_without_its_hash_is_fixed_by_the_model_and_the_end_st
     failed = [m for m in run.messages if isinstance(m, ToolMessage) and "Order not found" in str(m.content)]
     assert failed and all(m.content.startswith("FAILED [not_found]") for m in failed)
     assert run.matches and run.violations == []
+
+
+async def test_an_order_id_without_its_hash_escalates_tasks_46_47_64_after_three_refused_batches_in_a_row():
+    # 46 and 47: golden actions 1 and 2 name orders that do not exist (tau2 refuses them too); sent without the
+    # '#', 46_1, its fix and 46_2 are three refused batches in a row. 64: 64_6 (tau2 refuses it), its fix and 64_7.
+    # The graph escalates after max_rollbacks (3) such batches and the run ends before the tasks' writes.
+    for task in ("46", "47", "64"):
+        run = await run_task(task, "full", "hallucinated_order_id", keep_messages=True)
+        assert not run.matches and run.escalated and run.violations == [], task
+        refused = [m for m in run.messages if isinstance(m, ToolMessage)][-3:]
+        assert all(str(m.content).startswith("FAILED [") for m in refused), task
+        assert not any(isinstance(m, ToolMessage) and m.name in DOMAIN.toolset.writers() and
+                       not str(m.content).startswith("FAILED") for m in run.messages), task
+    # without the fault the same tasks never refuse three batches in a row; with a higher threshold they match
+    for task in ("46", "64"):
+        assert (await run_task(task, "full")).matches, task
+    patient = preset("full").replace(max_rollbacks=6, name="full")
+    for task in ("46", "64"):
+        run = await run_task(task, patient, "hallucinated_order_id")
+        assert run.matches and not run.escalated and run.violations == [], task
+
+
+async def test_a_worker_puts_its_database_back_to_the_opening_state_and_hashes_as_the_full_export():
+    from agentlab.domains.retail.export import canonical_hash
+    from agentlab.domains.retail.reset import changed
+
+    async with Tau2Worker() as worker:
+        async with worker.harness.pool.connection() as conn:
+            opening = canonical_hash(await export_state(conn))
+        assert worker.pieces.hash_with() == opening
+        # a crash inside a multi-row write without a transaction leaves a half-applied write behind
+        for task, p, fault in (("44", "naive", "crash_mid_node"), ("3", "full", "none"), ("30", "naive", "backend_killed")):
+            run = await worker.run(task, p, fault, keep_state=True)
+            assert canonical_hash(run.state) == run.state_hash  # keep_state: the full export's hash
+            assert run.matches == (p == "full"), (task, p, fault)
+            async with worker.harness.pool.connection() as conn:
+                assert await changed(conn) == {}
+                assert canonical_hash(await export_state(conn)) == opening
+        fast = await worker.run("44", "naive", "crash_mid_node")  # the change log's hash, no full export
+        assert fast.state_hash != opening
+        again = await worker.run("44", "naive", "crash_mid_node", keep_state=True)
+        assert fast.state_hash == again.state_hash == canonical_hash(again.state)
+
+
+async def test_the_change_log_refuses_a_truncate():
+    async with Tau2Worker() as worker, worker.harness.pool.connection() as conn:
+        with pytest.raises(psycopg.errors.RaiseException, match="change log"):
+            await conn.execute("TRUNCATE retail.payment_history")
 
 
 async def test_last_variant_bug_reproduced_matches_tau2_and_the_invariant_reports_it():
@@ -120,10 +180,13 @@ async def test_all_114_tasks_match_tau2_under_full_reproduced_and_109_fixed():
 @pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get("RETAIL_FULL"), reason="all 114 tasks take minutes: set RETAIL_FULL=1")
 @pytest.mark.parametrize("fault", ["crash_mid_node", "backend_killed", "crash_before_checkpoint",
-                                   "hallucinated_order_id", "lock_timeout"])
+                                   "hallucinated_order_id", "lock_timeout", "statement_timeout"])
 async def test_all_114_tasks_match_under_full_under_each_fault(fault):
     result = await run_tau2(["full"], [fault], progress=False)
-    assert [r.task_id for r in result.runs if not r.matches] == []
+    # hallucinated_order_id: 46, 47 and 64 escalate (three refused batches in a row, see the test above)
+    want = ["46", "47", "64"] if fault == "hallucinated_order_id" else []
+    assert [r.task_id for r in result.runs if not r.matches] == want
+    assert [r.task_id for r in result.runs if r.escalated] == want
     assert [r.task_id for r in result.runs if kinds(r) - {"item_matches_variant", "order_payments"}] == []
     assert {r.task_id for r in result.runs if r.violations} == set(LAST_VARIANT_BUG_TASKS)
 
@@ -138,7 +201,7 @@ def test_the_tau2_command_prints_json_with_each_tasks_hash_and_violations():
     out = _cli("--tasks", "21", "--json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
-    assert report["table"] == [{"preset": "full", "fault": "none", "matched": 1, "of": 1, "errors": 0,
+    assert report["table"] == [{"preset": "full", "fault": "none", "matched": 1, "of": 1, "errors": 0, "escalated": 0,
                                 "violations": {"item_matches_variant": 1, "order_payments": 1}}]
     (task,) = report["runs"]
     assert task["task"] == "21" and task["matches"] and len(task["hash"]) == 64
@@ -149,4 +212,5 @@ def test_the_tau2_command_refuses_an_unknown_fault_in_one_line():
     out = _cli("--faults", "meteor", "--tasks", "3")
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip() == ("error: unknown tau2 fault 'meteor'; choose one of: none, crash_mid_node, "
-                                  "backend_killed, crash_before_checkpoint, hallucinated_order_id, lock_timeout")
+                                  "backend_killed, crash_before_checkpoint, hallucinated_order_id, lock_timeout, "
+                                  "statement_timeout")

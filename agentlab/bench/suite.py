@@ -11,6 +11,9 @@ Figures (medians over repeats, with their spread; the names are :data:`FIGURES`)
 - the embedded server's start: cold (initdb and start in a temporary data folder), warm (start on that
   folder) and attach (a new process finding it running); the user's data folder is never touched;
 - checkpoint bytes per super-step, and after retention (:func:`agentlab.durable.retention.retention_experiment`);
+- tau2-bench retail: its 114 tasks under ``full`` and no fault, wall, this process's CPU and the server's
+  (a local server: its backends' ``/proc`` times), and (full
+  mode) the whole table, ``full`` and ``naive`` x every retail fault (:func:`agentlab.lab.tau2.run_tau2`);
 - peak memory of this process and of the largest child (a worker of the experiment).
 
 Every figure is measured on a fresh database of its own, committing with ``synchronous_commit = off``
@@ -75,6 +78,7 @@ FIGURES: dict[str, str] = {  # name -> unit
     "server_cold_start_s": "s", "server_warm_start_s": "s", "server_attach_s": "s",
     "checkpoint_bytes_per_super_step": "B", "checkpoint_bytes_per_super_step_after_retention": "B",
     "peak_rss_mb": "MB", "peak_rss_child_mb": "MB",
+    "tau2_114_full_none_s": "s", "tau2_114_cpu_s": "s", "tau2_114_server_cpu_s": "s", "tau2_table_s": "s",
 }
 RATIOS: dict[str, tuple[str, str]] = {  # name -> (numerator, denominator)
     "node_vs_plain": ("node_batch_ms", "plain_batch_ms"),
@@ -87,6 +91,8 @@ GOALS: dict[str, tuple[str, str, float]] = {  # name -> (figure or ratio, compar
     "full_at_least_85pct_of_noop": ("full_vs_noop_async", ">=", 0.85),
     "workshop_at_least_120_per_s": ("workshop_best_per_s", ">=", 120.0),
     "warm_start_under_2_s": ("server_warm_start_s", "<", 2.0),
+    "tau2_114_tasks_in_10_s": ("tau2_114_full_none_s", "<=", 10.0),
+    "tau2_table_in_3_min": ("tau2_table_s", "<=", 180.0),
 }
 
 
@@ -287,6 +293,35 @@ async def bench_workshop(report: Report) -> None:
                                     "workers": matrix.workers}
 
 
+TAU2_TABLE_CONCURRENCY = 6  # workers: 7 connections each; the waiting faults overlap with the computing ones
+
+
+async def bench_tau2(report: Report) -> None:
+    """tau2-bench retail: the 114 tasks under ``full`` and no fault (repeats), and the whole table once in
+    the full mode (``full`` and ``naive`` x every retail fault, 1,596 task runs); each checks every hash."""
+    from agentlab.lab.tau2 import FAULTS as TAU2_FAULTS
+    from agentlab.lab.tau2 import run_tau2
+
+    walls, cpus, servers = [], [], []
+    for _ in range(report.mode.repeats):
+        r = await run_tau2(["full"], ["none"], progress=False)
+        walls.append(r.seconds)
+        cpus.append(r.cpu_s)
+        servers.append(r.server_cpu_s)
+        report.notes["tau2_114_matched"] = sum(x.matches for x in r.runs)
+    report.add("tau2_114_full_none_s", walls)
+    report.add("tau2_114_cpu_s", cpus)
+    if None not in servers:  # the server's processes are visible from here (a local server)
+        report.add("tau2_114_server_cpu_s", servers)
+    if report.mode.name == "full":
+        table = await run_tau2(["full", "naive"], list(TAU2_FAULTS), concurrency=TAU2_TABLE_CONCURRENCY,
+                               progress=None)
+        report.add("tau2_table_s", table.seconds)
+        report.notes["tau2_table"] = {"runs": len(table.runs), "cpu_s": round(table.cpu_s, 1),
+                                      "matched": {f"{row['preset']}/{row['fault']}": row["matched"]
+                                                  for row in table.table()}}
+
+
 SERVER_START = """
 import json, sys, types
 pkg = types.ModuleType("agentlab"); pkg.__path__ = [sys.argv[1]]; sys.modules["agentlab"] = pkg  # db alone
@@ -358,7 +393,9 @@ def bench_memory(report: Report) -> None:
     report.add("peak_rss_child_mb", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / scale)
 
 
-SECTIONS = ("batch", "episodes", "workshop", "server", "checkpoints")
+SECTIONS = ("batch", "episodes", "workshop", "server", "checkpoints", "tau2")
+QUICK_SECTIONS = SECTIONS[:-1]  # --quick leaves tau2 out (a minute or more); --quick --only tau2 measures it
+TAU2_FIGURES = ("tau2_114_full_none_s", "tau2_114_cpu_s", "tau2_114_server_cpu_s", "tau2_table_s")
 
 
 async def run_bench(mode: Mode = QUICK, sections: tuple[str, ...] = SECTIONS) -> Report:
@@ -368,7 +405,8 @@ async def run_bench(mode: Mode = QUICK, sections: tuple[str, ...] = SECTIONS) ->
              "episodes": ("full-safety episodes against no-op tools, per checkpointer", bench_episodes),
              "workshop": ("the workshop experiment, at concurrency 1 and the best level", bench_workshop),
              "server": ("the embedded server's cold, warm and attach start", bench_server),
-             "checkpoints": ("checkpoint bytes per super-step, before and after retention", bench_checkpoints)}
+             "checkpoints": ("checkpoint bytes per super-step, before and after retention", bench_checkpoints),
+             "tau2": ("tau2-bench retail: 114 tasks under full, and the whole table", bench_tau2)}
     for name in sections:
         title, fn = steps[name]
         _say(f"{title} ...")
@@ -399,6 +437,10 @@ ROWS = (  # the text table: (label, figure, ratio beside it)
     ("embedded server attach (s)", "server_attach_s", None),
     ("checkpoint bytes per super-step", "checkpoint_bytes_per_super_step", None),
     ("  after retention", "checkpoint_bytes_per_super_step_after_retention", None),
+    ("tau2 retail, 114 tasks, full, no fault (s)", "tau2_114_full_none_s", None),
+    ("  this process's CPU (s)", "tau2_114_cpu_s", None),
+    ("  the server's CPU on its databases (s)", "tau2_114_server_cpu_s", None),
+    ("tau2 retail, the whole table (s)", "tau2_table_s", None),
     ("peak memory, this process (MB)", "peak_rss_mb", None),
     ("peak memory, largest child (MB)", "peak_rss_child_mb", None),
 )
@@ -450,6 +492,7 @@ def main(args) -> int:
     from agentlab.lab.parallel import run_loop
 
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)  # the workshop's faults kill backends
-    report = run_loop(run_bench(QUICK if args.quick else FULL, tuple(args.only or SECTIONS)))
+    report = run_loop(run_bench(QUICK if args.quick else FULL,
+                                tuple(args.only or (QUICK_SECTIONS if args.quick else SECTIONS))))
     print(json.dumps(report.as_dict()) if args.json else render(report))
     return 0

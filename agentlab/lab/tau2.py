@@ -1,7 +1,8 @@
 """tau2-bench retail replayed through the kit: each task's golden actions under a preset and a fault.
 
-Each task runs on a database of its own (a copy of the retail template, :func:`agentlab.runtime.db.create_database`),
-through the graph and the :class:`~agentlab.core.tools_node.TransactionalToolsNode` of the failure lab
+Each task runs on the opening state: a :class:`Tau2Worker` holds one database (a copy of the retail
+template, :func:`agentlab.runtime.db.create_database`) and puts it back after each task
+(:func:`agentlab.domains.retail.reset.reset_state`); the task runs through the graph and the :class:`~agentlab.core.tools_node.TransactionalToolsNode` of the failure lab
 (:meth:`agentlab.lab.runner.Lab.run`): each golden action is one model turn with one tool call, id
 ``tau2-<task>-<action_id>`` (:class:`Tau2Model`). Then the end state is exported in tau2's ``RetailDB``
 shape, hashed (:func:`agentlab.domains.retail.export.canonical_hash`), compared with the hash tau2's own
@@ -18,6 +19,8 @@ The faults (:data:`FAULTS`) are the catalog's, fitted to turns of one call each:
 ``hallucinated_order_id``  every order id is first sent without its ``#`` (``W2378156``); the model resends it
                            fixed once told the order was not found
 ``lock_timeout``           another session holds the first written order's row lock (``FOR UPDATE``) for 1 s
+``statement_timeout``      a trigger holds the first written order's writes (its row, an item, a new payment)
+                           until 0.25 s past the statement timeout (scaled to 250 ms where timeouts are on)
 =========================  ================================================================================
 
 ``await run_tau2(["full", "naive"], ["none", "crash_mid_node"])`` returns a :class:`Tau2Result`;
@@ -29,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import random
 import sys
 import time
@@ -39,22 +43,25 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from psycopg_pool import PoolClosed
 from pydantic import Field
 
+from agentlab.core.safeguards import Safeguards
 from agentlab.core.scenario import Scenario
 from agentlab.domains.retail.domain import DOMAIN, DOMAIN_FIXED
 from agentlab.domains.retail.export import canonical_hash
 from agentlab.domains.retail.load import read_expected_hashes
+from agentlab.domains.retail.reset import OpeningPieces, reset_state
 from agentlab.lab.faults import FAULTS as CATALOG
-from agentlab.lab.faults import TERMINATE, Fault
+from agentlab.lab.faults import POLL_S, TERMINATE, Fault, SlowStatement, _finish
 from agentlab.lab.runner import Lab
-from agentlab.runtime.db import drop_database
+from agentlab.runtime.db import template_name
 from agentlab.runtime.harness import Harness
 from agentlab.sim.model import PLAN_KEY, ScriptedChatModel
 
 WRITE_PREFIXES = ("INSERT", "UPDATE", "DELETE")
 LOCK_HOLD_S = 1.0  # lock_timeout: how long the other session holds the order's row lock
-DEFAULT_CONCURRENCY = 4  # tasks in flight (each on its own database)
+DEFAULT_CONCURRENCY = 4  # workers, each a database of its own running one task at a time
 
 
 # --------------------------------------------------------------------------- the model
@@ -259,6 +266,93 @@ class OrderLockHolder(Fault):
                 await task
 
 
+ORDER_SLOW_INSTALLED = "SELECT 1 FROM pg_trigger WHERE tgname = 'chaos_slow_order' AND tgrelid = 'retail.orders'::regclass"
+ORDER_SLOW_DDL = """
+CREATE TABLE IF NOT EXISTS public.chaos_slow_orders (order_id text PRIMARY KEY);
+CREATE OR REPLACE FUNCTION public.chaos_slow_order() RETURNS trigger LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, public AS $$  -- fires for the agent role too
+BEGIN
+    IF EXISTS (SELECT 1 FROM public.chaos_slow_orders WHERE order_id = NEW.order_id) THEN
+        -- a marker the fault's controller can see in pg_locks: this order's write is now slow
+        PERFORM pg_advisory_xact_lock_shared(4244, hashtext(NEW.order_id));
+        WHILE EXISTS (SELECT 1 FROM public.chaos_slow_orders WHERE order_id = NEW.order_id) LOOP
+            PERFORM pg_sleep(0.02);
+        END LOOP;
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER chaos_slow_order BEFORE UPDATE ON retail.orders FOR EACH ROW EXECUTE FUNCTION public.chaos_slow_order();
+CREATE TRIGGER chaos_slow_order BEFORE UPDATE ON retail.order_items FOR EACH ROW EXECUTE FUNCTION public.chaos_slow_order();
+CREATE TRIGGER chaos_slow_order BEFORE INSERT ON retail.payment_history FOR EACH ROW
+    EXECUTE FUNCTION public.chaos_slow_order();
+"""
+ORDER_SLOW_SEEN = ("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = 4244 "
+                   "AND objid = hashtext(%s)::oid AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))")
+
+
+def _first_written_order(run) -> str | None:
+    writers = set(run.node.toolset.writers())
+    return next((c.args.get("order_id") for _s, _k, c in run.scenario.calls()
+                 if c.tool in writers and "order_id" in c.args), None)
+
+
+@dataclass(frozen=True)
+class SlowOrderWrite(SlowStatement):
+    """The catalog's ``statement_timeout`` on retail: a trigger makes every write of the first written
+    order's rows (its ``orders`` row, an item, a new payment) wait; once the first such statement is seen
+    waiting, the fault lets it run ``margin_s`` past the episode's statement timeout (250 ms where the
+    timeouts are on), then lifts it. A task whose order writes are all refused before any SQL writes
+    (tau2 refuses them) never meets it."""
+
+    scenarios: tuple[str, ...] = ()
+
+    async def install(self, pool) -> None:
+        async with pool.connection() as conn:
+            if await (await conn.execute(ORDER_SLOW_INSTALLED)).fetchone() is None:
+                await conn.execute("SELECT pg_advisory_lock(4245)")  # one installer at a time
+                try:
+                    if await (await conn.execute(ORDER_SLOW_INSTALLED)).fetchone() is None:
+                        await conn.execute(ORDER_SLOW_DDL)
+                finally:
+                    await conn.execute("SELECT pg_advisory_unlock(4245)")
+
+    async def arm(self, run) -> None:
+        order_id = _first_written_order(run)
+        if order_id is None:
+            return
+        slow_s = self.statement_timeout_ms / 1000 + self.margin_s
+        async with run.pool.connection() as conn:
+            await conn.execute("INSERT INTO public.chaos_slow_orders VALUES (%s) ON CONFLICT DO NOTHING", (order_id,))
+        run.notes["slow_order"] = order_id
+        done = asyncio.Event()
+        run.notes["_episode_done"] = done
+
+        async def control() -> None:
+            try:
+                while not done.is_set():
+                    async with run.pool.connection() as conn:
+                        seen = (await (await conn.execute(ORDER_SLOW_SEEN, (order_id,))).fetchone())[0]
+                    if seen:
+                        run.notes["slow_statement_seen"] = True
+                        await asyncio.sleep(slow_s)
+                        break
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(done.wait(), POLL_S)
+            finally:
+                with contextlib.suppress(PoolClosed):
+                    async with run.pool.connection() as conn:
+                        await conn.execute("DELETE FROM public.chaos_slow_orders WHERE order_id = %s", (order_id,))
+                run.notes["slow_s"] = slow_s
+
+        run.background.append(asyncio.create_task(control()))
+
+    async def disarm(self, run) -> None:
+        done = run.notes.pop("_episode_done", None)
+        if done is not None:
+            done.set()  # the episode is over: a write never seen will not come
+        await _finish(run.background)
+
+
 FAULTS: dict[str, Fault] = {f.name: f for f in (
     CATALOG["none"],
     MidWrite("crash_mid_node", "crash_mid_node",
@@ -272,6 +366,8 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
                        "every order id first sent without its '#'", "validation"),
     OrderLockHolder("lock_timeout", "lock_timeout", "a second session holds the order's row lock for 1 s",
                     "timeouts"),
+    SlowOrderWrite("statement_timeout", "statement_timeout",
+                   "a trigger holds the first written order's writes past the statement timeout", "timeouts"),
 )}
 """Retail's faults, by name (see the module docstring)."""
 
@@ -301,8 +397,8 @@ class TaskRun:
     notes: dict = field(default_factory=dict)
     messages: list = field(default_factory=list, repr=False)
     wall_s: float = 0.0
-    database: str | None = field(default=None, repr=False)
     state: dict | None = field(default=None, repr=False)
+    escalated: bool = False  # the graph escalated (to a person) and ended the run before the script did
 
     @property
     def matches(self) -> bool:
@@ -326,70 +422,179 @@ class TaskRun:
     def as_dict(self) -> dict[str, Any]:
         return {"task": self.task_id, "preset": self.preset, "fault": self.fault, "hash": self.state_hash,
                 "matches": self.matches, "violations": [{"kind": k, "detail": d} for k, d in self.violations],
-                "crashed": self.crashed, "error": self.error}
+                "crashed": self.crashed, "escalated": self.escalated, "error": self.error}
 
 
-async def run_task(task_id: str, preset: str = "full", fault: str | Fault = "none", *, fixed: bool = False,
-                   expected: dict | None = None, keep_messages: bool = False, keep_state: bool = False,
-                   drop: bool = True) -> TaskRun:
-    """Replay task ``task_id``'s golden actions under ``preset`` and ``fault`` on a fresh database.
+class Tau2Worker:
+    """One database (a copy of the retail template) and one :class:`Lab` on it, for tasks one at a time:
+    after each task the database goes back to the opening state (:func:`reset_state`, a few milliseconds)
+    instead of a new copy per task, and the end state is hashed from the entities the task wrote
+    (:class:`OpeningPieces`), not from a full export.
+
+    ``await Tau2Worker(domain).open()``, then :meth:`run` any number of times, then :meth:`close`
+    (drops the database). The database commits with ``synchronous_commit = off``, as the chaos command's
+    (a server crash could lose its last commits; no fault here crashes the server).
+    """
+
+    def __init__(self, domain=DOMAIN, *, expected: dict | None = None):
+        self.domain = domain
+        self.expected = read_expected_hashes() if expected is None else expected
+        self.harness: Harness | None = None
+        self.lab: Lab | None = None
+        self.pieces: OpeningPieces | None = None
+        self._backend_cpu0: dict[int, float] | None = None
+
+    async def open(self) -> Tau2Worker:
+        from agentlab.lab.experiments import _fast_commit
+        from agentlab.runtime import db
+
+        url = await asyncio.to_thread(db.create_database, "tau2", self.domain)
+        try:
+            await asyncio.to_thread(_fast_commit, url)  # as the chaos command's: a commit's fsync is the disk's time
+            self.harness = await Harness.open(url, domain=self.domain, pool_max=2)
+        except BaseException:
+            await asyncio.to_thread(db.drop_database, url)
+            raise
+        self.harness.owns_database = True  # made here: dropped by close()
+        try:
+            self.lab = await Lab(self.harness, pool_max=2, checkpointer_max=2).start()
+            self.pieces = await _opening_pieces(self.harness)
+            self._backend_cpu0 = await self._backend_cpu()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def _backend_cpu(self) -> dict[int, float] | None:
+        """CPU seconds (user + system) of each server backend on this worker's database, read from
+        ``/proc`` (None when the server's processes are not visible from here)."""
+        async with self.harness.pool.connection() as conn:
+            cur = await conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+            pids = [r[0] for r in await cur.fetchall()]
+        out = {pid: _proc_cpu_s(pid) for pid in pids}
+        return None if None in out.values() else out
+
+    async def server_cpu_s(self) -> float | None:
+        """CPU seconds the server spent on this worker's database since :meth:`open`, summed over the
+        backends alive now (one a fault killed is not counted); None when ``/proc`` does not show them."""
+        now = await self._backend_cpu()
+        if now is None or self._backend_cpu0 is None:
+            return None
+        return sum(cpu - self._backend_cpu0.get(pid, 0.0) for pid, cpu in now.items())
+
+    async def close(self) -> None:
+        if self.lab is not None:
+            await self.lab.close()
+        if self.harness is not None:
+            await self.harness.close()
+        self.lab = self.harness = None
+
+    async def __aenter__(self) -> Tau2Worker:  # noqa: PYI034
+        return await self.open()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def run(self, task_id: str, preset: str | Safeguards = "full", fault: str | Fault = "none", *,
+                  keep_messages: bool = False, keep_state: bool = False) -> TaskRun:
+        """Replay task ``task_id`` under ``preset`` and ``fault`` (see :func:`run_task`), then reset."""
+        name = f"tau2-{task_id}"
+        if name not in self.domain.scenarios:
+            raise ValueError(f"unknown tau2 task {task_id!r}: the tasks are 0 to {len(self.domain.scenarios) - 1}")
+        fault = get_fault(fault) if isinstance(fault, str) else fault
+        scenario = self.domain.scenarios[name]
+        h = self.harness
+        t0 = time.perf_counter()
+        try:
+            fr = await self.lab.run(fault, preset, scenario=scenario, model=model_for(scenario))
+            async with h.pool.connection() as conn:
+                if keep_state:
+                    state = await self.domain.export_state(conn, [])
+                    state_hash = canonical_hash(state)
+                else:
+                    state, state_hash = None, await self.pieces.state_hash(conn)
+        finally:
+            async with h.pool.connection() as conn:
+                await reset_state(conn)
+        ep = fr.episode
+        return TaskRun(str(task_id), fr.preset, fault.name, state_hash, self.expected["hashes"][str(task_id)],
+                       [(v.kind, v.detail) for v in fr.violations], fr.crashed, ep.error, dict(fr.notes),
+                       list(ep.messages) if keep_messages else [], time.perf_counter() - t0, state,
+                       escalated=ep.escalated)
+
+
+def _proc_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` (``/proc/<pid>/stat``), or None when not visible."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+_OPENING: dict[str, OpeningPieces] = {}
+
+
+async def _opening_pieces(h: Harness) -> OpeningPieces:
+    """The opening state's pieces, exported once per process and template (a fresh copy holds it)."""
+    key = template_name(h.domain)
+    if key not in _OPENING:
+        async with h.pool.connection() as conn:
+            _OPENING[key] = OpeningPieces(await h.domain.export_state(conn, []))
+    return _OPENING[key]
+
+
+async def run_task(task_id: str, preset: str | Safeguards = "full", fault: str | Fault = "none", *,
+                   fixed: bool = False, expected: dict | None = None, keep_messages: bool = False,
+                   keep_state: bool = False) -> TaskRun:
+    """Replay task ``task_id``'s golden actions under ``preset`` and ``fault`` on a fresh database (a
+    :class:`Tau2Worker` of its own, closed at the end).
 
     Args:
+        preset: a preset name or a :class:`~agentlab.core.safeguards.Safeguards`.
         fixed: run the domain with tau2's last-variant bug fixed (:data:`DOMAIN_FIXED`).
         expected: ``expected_hashes.json`` as read (read once when None).
         keep_messages: keep the message history in the result (for a trace: :meth:`TaskRun.trace`).
         keep_state: keep the exported end state (tau2's ``RetailDB`` JSON) in ``TaskRun.state``.
-        drop: drop the task's database at the end (else its conninfo is in ``TaskRun.database``, for the
-            caller to drop: :func:`run_tau2` drops it outside its concurrency gate).
 
     Raises:
         ValueError: an unknown task or fault.
         agentlab.runtime.db.DatabaseUnavailable: no server.
     """
     domain = DOMAIN_FIXED if fixed else DOMAIN
-    name = f"tau2-{task_id}"
-    if name not in domain.scenarios:
+    if f"tau2-{task_id}" not in domain.scenarios:
         raise ValueError(f"unknown tau2 task {task_id!r}: the tasks are 0 to {len(domain.scenarios) - 1}")
     fault = get_fault(fault) if isinstance(fault, str) else fault
-    expected = read_expected_hashes() if expected is None else expected
-    scenario = domain.scenarios[name]
-    t0 = time.perf_counter()
-    async with await Harness.open(purpose="tau2", domain=domain, pool_max=2, keep=True) as h:
-        async with Lab(h, pool_max=2, checkpointer_max=2) as lab:
-            fr = await lab.run(fault, preset, scenario=scenario, model=model_for(scenario))
-        async with h.pool.connection() as conn:
-            state = await domain.export_state(conn, [])
-            state_hash = canonical_hash(state)
-    if drop:
-        await asyncio.to_thread(drop_database, h.url)
-    ep = fr.episode
-    return TaskRun(str(task_id), fr.preset, fault.name, state_hash, expected["hashes"][str(task_id)],
-                   [(v.kind, v.detail) for v in fr.violations], fr.crashed, ep.error, dict(fr.notes),
-                   list(ep.messages) if keep_messages else [], time.perf_counter() - t0,
-                   None if drop else h.url, state if keep_state else None)
+    async with Tau2Worker(domain, expected=expected) as worker:
+        return await worker.run(task_id, preset, fault, keep_messages=keep_messages, keep_state=keep_state)
 
 
 # --------------------------------------------------------------------------- the table
 
 @dataclass
 class Tau2Result:
-    """Every :class:`TaskRun` of a run, and how long it took (seconds)."""
+    """Every :class:`TaskRun` of a run, how long it took (seconds) and the CPU time this process spent."""
 
     runs: list[TaskRun]
     presets: list[str]
     faults: list[str]
     tasks: list[str]
     seconds: float
+    cpu_s: float = 0.0  # this process's CPU time (user + system) during the run, seconds
+    server_cpu_s: float | None = None  # the server's, on the workers' databases (Tau2Worker.server_cpu_s)
 
     def table(self) -> list[dict[str, Any]]:
-        """One row per preset and fault: tasks matched (of the tasks run) and violations by kind."""
+        """One row per preset and fault: tasks matched (of the tasks run), errors, runs the graph escalated
+        (ended for a person after ``max_rollbacks`` refused batches in a row) and violations by kind."""
         rows = []
         for p in self.presets:
             for f in self.faults:
                 runs = [r for r in self.runs if r.preset == p and r.fault == f]
                 kinds = Counter(k for r in runs for k, _ in r.violations)
                 rows.append({"preset": p, "fault": f, "matched": sum(r.matches for r in runs), "of": len(runs),
-                             "errors": sum(r.error is not None for r in runs), "violations": dict(sorted(kinds.items()))})
+                             "errors": sum(r.error is not None for r in runs),
+                             "escalated": sum(r.escalated for r in runs), "violations": dict(sorted(kinds.items()))})
         return rows
 
     def frame(self):
@@ -403,7 +608,10 @@ class Tau2Result:
 
     def to_json(self) -> dict[str, Any]:
         return {"presets": self.presets, "faults": self.faults, "tasks": self.tasks,
-                "seconds": round(self.seconds, 2), "table": self.table(), "runs": [r.as_dict() for r in self.runs]}
+                "seconds": round(self.seconds, 2), "cpu_s": round(self.cpu_s, 2),
+                "server_cpu_s": None if self.server_cpu_s is None else round(self.server_cpu_s, 2),
+                "table": self.table(),
+                "runs": [r.as_dict() for r in self.runs]}
 
 
 async def run_tau2(presets: Sequence[str] = ("full",), faults: Sequence[str] = ("none",),
@@ -431,44 +639,55 @@ async def run_tau2(presets: Sequence[str] = ("full",), faults: Sequence[str] = (
     jobs = [(p, f, t) for p in presets for f in faults for t in task_ids]
     disable = (not sys.stderr.isatty()) if progress is None else not progress
     bar = tqdm(total=len(jobs), disable=disable, unit="task", desc="tau2", leave=False)
-    gate = asyncio.Semaphore(max(1, concurrency))
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    queue: asyncio.Queue = asyncio.Queue()
+    # run task by task across the presets and faults, so that the faults that wait (a held lock, a slow
+    # statement) overlap with those that compute; the result keeps the preset-fault-task order
+    for n, job in sorted(enumerate(jobs), key=lambda nj: (task_ids.index(nj[1][2]), nj[0])):
+        queue.put_nowait((n, job))
+    runs: list[TaskRun | None] = [None] * len(jobs)
 
-    async def one(job) -> TaskRun:
-        p, f, t = job
-        async with gate:
-            try:
-                run = await run_task(t, p, f, fixed=fixed, expected=expected, drop=False)
-            finally:
-                bar.update(1)
-        await asyncio.to_thread(drop_database, run.database)  # outside the gate: the next task starts
-        return run
+    server_cpu: list[float | None] = []
+
+    async def work() -> None:
+        async with Tau2Worker(domain, expected=expected) as worker:
+            while not queue.empty():
+                n, (p, f, t) = queue.get_nowait()
+                try:
+                    runs[n] = await worker.run(t, p, f)
+                finally:
+                    bar.update(1)
+            server_cpu.append(await worker.server_cpu_s())
 
     try:
-        runs = await asyncio.gather(*(one(j) for j in jobs))
+        await asyncio.gather(*(work() for _ in range(max(1, min(concurrency, len(jobs))))))
     finally:
         bar.close()
-    return Tau2Result(list(runs), list(presets), list(faults), task_ids, time.perf_counter() - t0)
+    return Tau2Result(list(runs), list(presets), list(faults), task_ids, time.perf_counter() - t0,
+                      time.process_time() - cpu0, None if None in server_cpu else sum(server_cpu))
 
 
 def render(result: Tau2Result) -> str:
-    """The table as text: preset, fault, matched/of, then each violation kind's count."""
+    """The table as text: preset, fault, matched/of, runs the graph escalated, then each violation kind's count."""
     rows = result.table()
     kinds = sorted({k for r in rows for k in r["violations"]})
-    head = ["preset", "fault", "matched", *kinds]
-    body = [[r["preset"], r["fault"], f"{r['matched']}/{r['of']}", *(str(r["violations"].get(k, 0)) for k in kinds)]
-            for r in rows]
+    head = ["preset", "fault", "matched", "escalated", *kinds]
+    body = [[r["preset"], r["fault"], f"{r['matched']}/{r['of']}", str(r["escalated"]),
+             *(str(r["violations"].get(k, 0)) for k in kinds)] for r in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
     lines = ["  ".join(x.ljust(w) for x, w in zip(line, widths)) for line in (head, *body)]
-    return "\n".join(lines) + f"\n{len(result.runs)} task runs in {result.seconds:.1f} s"
+    server = "" if result.server_cpu_s is None else f", {result.server_cpu_s:.1f} s of the server's"
+    return "\n".join(lines) + (f"\n{len(result.runs)} task runs in {result.seconds:.1f} s "
+                               f"({result.cpu_s:.1f} s of this process's CPU{server})")
 
 
 # --------------------------------------------------------------------------- command line
 
 def main(args) -> int:
     """Run the command; 0 when it ran (whatever matched), 2 on a bad argument."""
+    faults = list(FAULTS) if args.faults == ["all"] else args.faults
     try:
-        result = asyncio.run(run_tau2(args.presets, args.faults, args.tasks, fixed=args.fixed,
+        result = asyncio.run(run_tau2(args.presets, faults, args.tasks, fixed=args.fixed,
                                       concurrency=args.concurrency, progress=None if not args.json else False))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -477,4 +696,5 @@ def main(args) -> int:
     return 0
 
 
-__all__ = ["FAULTS", "MidWrite", "TaskRun", "Tau2Model", "Tau2Result", "get_fault", "render", "run_task", "run_tau2"]
+__all__ = ["FAULTS", "MidWrite", "SlowOrderWrite", "TaskRun", "Tau2Model", "Tau2Result", "Tau2Worker", "get_fault",
+           "render", "run_task", "run_tau2"]

@@ -2,9 +2,11 @@
 
 - ``toolset``: the 16 tools of :mod:`.tools` (7 write), from :data:`.tools.SPECS`;
 - ``migrations``: ``schema.sql`` plus the agent role's grants (:data:`GRANTS`), then the opening-state
-  tables the invariants compare with (:data:`OPENING_TABLES`); append-only;
-- ``seed``: :func:`seed`, tau2's ``db.json`` by COPY, then a snapshot of the opening state, run once into
-  the retail template database, so a fresh database per task is a template copy (about 0.1 s);
+  tables the invariants compare with (:data:`OPENING_TABLES`), then the change log and the snapshot
+  tables of :mod:`.reset`; append-only;
+- ``seed``: :func:`seed`, tau2's ``db.json`` by COPY, then the snapshots of the opening state, run once
+  into the retail template database: a fresh database is a template copy (about 0.1 s), and a used one
+  goes back to the opening state with :func:`.reset.reset_state` (a few milliseconds);
 - ``scenarios``: the 114 tasks, ``tau2-<task>``, each golden action one step with one planned call;
 - ``create_rows``: nothing (an episode acts on the seeded rows; each task gets a database of its own);
 - ``invariants``: :data:`INVARIANTS` (gift-card balances, payment history against status, the order state
@@ -24,6 +26,7 @@ from agentlab.core.schema import AGENT_ROLE
 from agentlab.core.toolspec import Toolset, ToolSpec
 from agentlab.domains.retail.export import export_state as _export_state
 from agentlab.domains.retail.load import DATA_DIR, load_sync, read_tasks, schema_sql
+from agentlab.domains.retail.reset import CHANGE_LOG_SQL, SNAPSHOT_SQL
 from agentlab.domains.retail.tools import specs
 
 TENANT = "tau2"
@@ -77,21 +80,29 @@ INSERT INTO retail.opening_order_items SELECT order_id, position, item_id, price
 MIGRATIONS = (
     Migration("retail schema", schema_sql() + GRANTS),
     Migration("retail opening state", OPENING_TABLES),
+    Migration("retail change log and snapshot", CHANGE_LOG_SQL),
 )
 
 
 def seed(conn) -> None:
-    """tau2's ``db.json`` into the retail tables (COPY), then the opening snapshot (sync connection)."""
+    """tau2's ``db.json`` into the retail tables (COPY), then the opening snapshots (sync connection): the
+    invariants' (:data:`SNAPSHOT_OPENING`) and the reset's (:data:`.reset.SNAPSHOT_SQL`, which also empties
+    the change log the load filled)."""
     load_sync(conn)
     conn.execute(SNAPSHOT_OPENING)
+    conn.execute(SNAPSHOT_SQL)
 
 
 # --------------------------------------------------------------------------- invariants
 
+# Each query looks only at the entities the change log names (retail.changed, :mod:`.reset`): a row that
+# differs from the opening state was written, so its entity is in the log, and the results are those of
+# the whole tables (the log is a trigger's, not the tools' code), read in a few milliseconds.
+LOGGED_ORDERS = "SELECT key FROM retail.changed WHERE kind = 'orders'"
 # payment-history rows written since the opening (an order's rows from position `payments` on)
-NEW_PAYMENTS = """
+NEW_PAYMENTS = f"""
 SELECT h.* FROM retail.payment_history h LEFT JOIN retail.opening_orders o USING (order_id)
-WHERE h.seq >= coalesce(o.payments, 0)
+WHERE h.seq >= coalesce(o.payments, 0) AND h.order_id IN ({LOGGED_ORDERS})
 """
 GIFT_CARD_BALANCES = f"""
 SELECT p.payment_method_id, g.balance_cents, p.balance_cents,
@@ -99,39 +110,45 @@ SELECT p.payment_method_id, g.balance_cents, p.balance_cents,
 FROM retail.payment_methods p
 JOIN retail.opening_gift_cards g USING (payment_method_id)
 LEFT JOIN ({NEW_PAYMENTS}) n ON n.payment_method_id = p.payment_method_id AND n.user_id = p.user_id
+WHERE p.user_id IN (SELECT key FROM retail.changed WHERE kind = 'users')
+   OR p.user_id IN (SELECT user_id FROM retail.orders WHERE order_id IN ({LOGGED_ORDERS}))
 GROUP BY 1, 2, 3
 HAVING p.balance_cents IS DISTINCT FROM g.balance_cents
        + coalesce(sum(CASE n.transaction_type WHEN 'refund' THEN n.amount_cents ELSE -n.amount_cents END), 0)
 ORDER BY 1
 """
 # orders changed since the opening (status, payment history or an item), with what they paid and hold
-CHANGED_ORDERS = """
-WITH paid AS (
+CHANGED_ORDERS = f"""
+WITH logged AS ({LOGGED_ORDERS}), paid AS (
     SELECT order_id, count(*) AS n,
            sum(CASE transaction_type WHEN 'payment' THEN amount_cents ELSE -amount_cents END) AS net_cents
-    FROM retail.payment_history GROUP BY order_id
+    FROM retail.payment_history WHERE order_id IN (SELECT key FROM logged) GROUP BY order_id
 ), held AS (
-    SELECT order_id, sum(price_cents) AS items_cents FROM retail.order_items GROUP BY order_id
+    SELECT order_id, sum(price_cents) AS items_cents FROM retail.order_items
+    WHERE order_id IN (SELECT key FROM logged) GROUP BY order_id
 ), items_changed AS (
     SELECT DISTINCT i.order_id FROM retail.order_items i
     LEFT JOIN retail.opening_order_items oi USING (order_id, position)
-    WHERE (oi.item_id, oi.price_cents, oi.options) IS DISTINCT FROM (i.item_id, i.price_cents, i.options)
+    WHERE i.order_id IN (SELECT key FROM logged)
+      AND (oi.item_id, oi.price_cents, oi.options) IS DISTINCT FROM (i.item_id, i.price_cents, i.options)
 )
 SELECT o.order_id, op.status, o.status, coalesce(paid.net_cents, 0), coalesce(held.items_cents, 0)
 FROM retail.orders o
 LEFT JOIN retail.opening_orders op USING (order_id)
 LEFT JOIN paid USING (order_id)
 LEFT JOIN held USING (order_id)
-WHERE op.order_id IS NULL OR op.status <> o.status OR op.payments <> coalesce(paid.n, 0)
-   OR o.order_id IN (SELECT order_id FROM items_changed)
+WHERE o.order_id IN (SELECT key FROM logged)
+  AND (op.order_id IS NULL OR op.status <> o.status OR op.payments <> coalesce(paid.n, 0)
+       OR o.order_id IN (SELECT order_id FROM items_changed))
 ORDER BY o.order_id
 """
-CHANGED_ITEMS = """
+CHANGED_ITEMS = f"""
 SELECT i.order_id, i.position, i.item_id, i.price_cents, v.price_cents, i.options = v.options
 FROM retail.order_items i
 LEFT JOIN retail.opening_order_items oi USING (order_id, position)
 LEFT JOIN retail.variants v ON v.product_id = i.product_id AND v.item_id = i.item_id
-WHERE (oi.item_id, oi.price_cents, oi.options) IS DISTINCT FROM (i.item_id, i.price_cents, i.options)
+WHERE i.order_id IN ({LOGGED_ORDERS})
+  AND (oi.item_id, oi.price_cents, oi.options) IS DISTINCT FROM (i.item_id, i.price_cents, i.options)
   AND (v.item_id IS NULL OR v.price_cents <> i.price_cents OR v.options <> i.options)
 ORDER BY 1, 2
 """
