@@ -25,7 +25,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from agentlab.core.graph import build_graph, run_config
 from agentlab.core.safeguards import preset
-from agentlab.demos.payout_saga import notice_model, payout_effects, payout_input, store_credit_payout
+from agentlab.demos.payout_saga import (
+    backward_recovery, escalation, forward_recovery, notice_model, payout_effects, payout_input, store_credit_payout,
+)
 from agentlab.domains.billing.scenarios import CustomerSpec, create_customers, get_scenario
 from agentlab.durable.jobs import JobStore
 from agentlab.durable.retention import RetentionPolicy, apply_retention
@@ -304,5 +306,24 @@ async def test_jobs_behind_pgbouncer_run_once_for_concurrent_clients(database_ur
             assert await scalar(h, "SELECT count(*) FROM invoices WHERE customer_id = %s", (cid,)) == 1
             assert await fetch(h, "SELECT status, attempt FROM jobs WHERE job_key = %s", (f"invoice:{cid}:2026-08",)) == [
                 ("succeeded", 1)]
+        finally:
+            await h.close()
+
+
+async def test_the_three_recoveries_behind_pgbouncer_take_no_session_lock_and_end_as_on_the_server(database_url):
+    with pgbouncer(database_url, pool_size=3) as url:
+        h = await pooled_harness(url)
+        try:
+            saga = store_credit_payout(notice_model())
+            ends = {}
+            for name, recovery in (("forward", forward_recovery), ("backward", backward_recovery),
+                                   ("escalation", escalation)):
+                cid = await new_customer(h, name)
+                report = await recovery(h, saga, cid, AMOUNT, f"SC-{name}", **FAST)
+                ends[name] = (report.status, report.compensations,
+                              (await payout_effects(h, cid, OPENING))["credit_deducted_cents"])
+            assert ends == {"forward": ("completed", [], AMOUNT), "backward": ("compensated", [3, 2, 1], 0),
+                            "escalation": ("parked", [3, 2], AMOUNT)}
+            assert await server_rows(database_url, SERVER_ADVISORY_LOCKS) == []
         finally:
             await h.close()

@@ -61,7 +61,6 @@ from agentlab.sim.provider import customer_ref
 
 DURABLE_KINDS: tuple[str, ...] = ("paid_twice", "payment_count", "mixed_direction", "false_correction",
                                   "approval_lost")
-SETTINGS = ("full", "weaker")  # a fault's weaker setting has its own name (``DurableFault.weaker``)
 OPENING_CENTS, AMOUNT_CENTS = 5000, 2000
 RUNNER = {"lock_timeout_ms": 100, "retry": Backoff(max_attempts=4, initial_s=0.01),
           "compensation_retry": Backoff(max_attempts=2, initial_s=0.01)}
