@@ -115,6 +115,10 @@ _EXPORTS = {
     "lab.checks": (
         "check_invariant",
     ),
+    "lab.durable_faults": (
+        "DURABLE_FAULTS", "DURABLE_KINDS", "DurableFault", "DurableRun", "check_payout_run", "check_retention_race",
+        "durable_fault_table", "run_durable_fault",
+    ),
     "lab.experiments": (
         "ExperimentResult", "run_experiment", "safeguard_effects", "summarize",
     ),

@@ -149,6 +149,11 @@ def run_key(customer_id: int, reference: str) -> str:
 
 # --------------------------------------------------------------------------- the three recoveries
 
+def _runner(h, saga: SagaDefinition, runner_kwargs: dict) -> SagaRunner:
+    """A runner on ``h``'s pool; behind a transaction-mode pooler (``h.behind_pooler``) it takes no session lock."""
+    return SagaRunner(h.pool, saga, **{"behind_pooler": getattr(h, "behind_pooler", False), **runner_kwargs})
+
+
 INSERT_EARLIER_REFUND = """
 INSERT INTO refunds (tenant_id, customer_id, reference, amount_cents)
 SELECT tenant_id, id, %s, %s FROM customers WHERE id = %s
@@ -160,7 +165,7 @@ async def forward_recovery(h, saga: SagaDefinition, customer_id: int, amount_cen
     """Forward recovery: while step 4 first runs, another session holds the customer's row, so its
     foreign-key check waits past ``lock_timeout`` (transient); the lock ends after that failure and
     the retry of step 4 alone succeeds. Steps 1-3 run once."""
-    runner = SagaRunner(h.pool, saga, **runner_kwargs)
+    runner = _runner(h, saga, runner_kwargs)
     held: list[RowLock] = []
 
     async def busy_before_refund(position: int, name: str) -> None:
@@ -186,7 +191,7 @@ async def backward_recovery(h, saga: SagaDefinition, customer_id: int, amount_ce
     the natural key (permanent); steps 3, 2, 1 are compensated in that order, the notice corrected."""
     async with h.pool.connection() as conn:
         await conn.execute(INSERT_EARLIER_REFUND, (reference, amount_cents, customer_id))
-    runner = SagaRunner(h.pool, saga, **runner_kwargs)
+    runner = _runner(h, saga, runner_kwargs)
     return await runner.start(run_key(customer_id, reference), payout_input(customer_id, amount_cents, reference))
 
 
@@ -198,7 +203,7 @@ async def escalation(h, saga: SagaDefinition, customer_id: int, amount_cents: in
     when the function returns; :meth:`SagaRunner.resume` then finishes the compensation."""
     async with h.pool.connection() as conn:
         await conn.execute(INSERT_EARLIER_REFUND, (reference, amount_cents, customer_id))
-    runner = SagaRunner(h.pool, saga, **runner_kwargs)
+    runner = _runner(h, saga, runner_kwargs)
     held: list[RowLock] = []
 
     async def busy_after_failure(position: int, attempt: int, exc: BaseException) -> None:

@@ -214,7 +214,7 @@ async def _kit_rows(pool) -> tuple[int, int]:
 
 async def apply_retention(saver, pool, policy: RetentionPolicy = RetentionPolicy(), *,
                           now: dt.datetime | None = None, dry_run: bool = False,
-                          plan: RetentionReport | None = None) -> RetentionReport:
+                          plan: RetentionReport | None = None, guarded: bool = True) -> RetentionReport:
     """Run the retention job once; return what it did, with bytes and the kit's row counts around it.
 
     Args:
@@ -225,6 +225,9 @@ async def apply_retention(saver, pool, policy: RetentionPolicy = RetentionPolicy
         dry_run: classify and measure only.
         plan: a dry run's report to act on instead of classifying again (its ``classified``
             checkpoints guard every action, however long ago it ran).
+        guarded: re-check each thread against its classification before acting (default). False is the
+            failure lab's weaker setting (case C33): delete and prune exactly what was classified, so a
+            thread the user came back to meanwhile loses its checkpoints, a pending approval with them.
 
     Returns:
         The report: ``pruned`` and ``deleted`` list what was done; threads that moved on since they
@@ -252,7 +255,11 @@ async def apply_retention(saver, pool, policy: RetentionPolicy = RetentionPolicy
     report.before = await checkpoint_bytes(pool, threads)
     report.relation_bytes_before = await _relation_bytes(pool)
     ledger_before, outbox_before = await _kit_rows(pool)
-    if not dry_run:
+    if not dry_run and not guarded:
+        if report.pruned:
+            await saver.aprune(list(report.pruned), strategy="keep_latest")
+        await _delete_unguarded(pool, report.deleted)
+    elif not dry_run:
         pruned = [t for t in report.pruned if await _prune_guarded(saver, pool, t, report.classified[t])]
         deleted = await _delete_guarded(pool, report.deleted, report.classified)
         report.left_alone = sorted(set(report.pruned) - set(pruned) | set(report.deleted) - set(deleted))
@@ -292,6 +299,14 @@ async def _delete_guarded(pool, threads: list[str], classified: dict[str, str]) 
                     await conn.execute(statement, (still,))
         deleted += still
     return deleted
+
+
+async def _delete_unguarded(pool, threads: list[str]) -> None:
+    """Delete the threads as classified, whatever happened since (the weaker setting, ``guarded=False``)."""
+    for start in range(0, len(threads), DELETE_BATCH):
+        async with pool.connection() as conn, conn.transaction():
+            for statement in DELETE_THREADS:
+                await conn.execute(statement, (threads[start:start + DELETE_BATCH],))
 
 
 def retention_chart(report: RetentionReport, *, ax=None, title: str | None = None,

@@ -34,6 +34,14 @@ fencing token), and every transaction that commits a step, a compensation or a c
 first locks the run row and checks the token, the status and the direction; a runner that lost the
 run gets :class:`SagaFenced` and its transaction rolls back.
 
+Behind a transaction-mode pooler (PgBouncer ``pool_mode = transaction``) pass ``behind_pooler=True``:
+the runner then takes no session advisory lock at all. There a session lock lands on whichever server
+session the pooler lent for that one statement: every client lent the same session re-enters it (no
+refusal), and its unlock may be lent another session, so the lock stays held on a session nobody
+watches and refuses later runners of a run nobody runs. Without it a second runner is not refused
+early; it claims the run, and the first is fenced at its next transaction. ``fencing=False`` is the
+weaker setting of the failure lab (case C32): the session lock is all that keeps a second runner out.
+
 Sources: H. Garcia-Molina and K. Salem, "Sagas" (1987); PostgreSQL docs "Advisory Locks",
 "Partial Indexes", "Row-Level Locks"; DBOS Transact (exactly-once steps, retries with capped backoff);
 Azure Architecture Center, "Saga distributed transactions pattern" (compensable, pivot and retryable
@@ -320,17 +328,24 @@ class SagaRunner:
         retry: the forward-recovery backoff for transient step failures.
         compensation_retry: the backoff for transient compensation failures before escalation.
         lock_timeout_ms / statement_timeout_ms: ``SET LOCAL`` in each step's transaction.
+        behind_pooler: the pool reaches the server through a transaction-mode pooler: take no session
+            advisory lock (it would land on a shared server session); the fencing alone keeps runners apart.
+        fencing: lock the run row and check the owner token, status and direction in every transaction
+            that commits (default). False is the failure lab's weaker setting (case C32): the session
+            advisory lock is then the only guard, and a runner that lost it still commits.
     """
 
     def __init__(self, pool, saga: SagaDefinition, *, retry: Backoff = Backoff(),
                  compensation_retry: Backoff = Backoff(max_attempts=3), lock_timeout_ms: int = 300,
-                 statement_timeout_ms: int = 5000):
+                 statement_timeout_ms: int = 5000, behind_pooler: bool = False, fencing: bool = True):
         self.pool = pool
         self.saga = saga
         self.retry = retry
         self.compensation_retry = compensation_retry
         self.lock_timeout_ms = lock_timeout_ms
         self.statement_timeout_ms = statement_timeout_ms
+        self.behind_pooler = behind_pooler
+        self.fencing = fencing
         self.hooks = SagaHooks()
 
     # ------------------------------------------------------------------ public API
@@ -636,6 +651,9 @@ class SagaRunner:
         """
         async with self.pool.connection() as conn, conn.transaction():
             await conn.execute(SET_LOCAL_TIMEOUTS, (f"{self.lock_timeout_ms}ms", f"{self.statement_timeout_ms}ms"))
+            if not self.fencing:  # the weaker setting: nothing checked, whoever runs commits
+                yield conn
+                return
             now_status, now_direction, owner = await (await conn.execute(LOCK_RUN, (run["id"],))).fetchone()
             if owner != run["token"]:
                 raise SagaFenced(FENCED_OWNER.format(run_id=run["id"]))
@@ -659,7 +677,11 @@ class SagaRunner:
 
     @contextlib.asynccontextmanager
     async def _run_lock(self, run_id: int):
-        """Hold the run's session advisory lock on a connection of its own while the runner works."""
+        """Hold the run's session advisory lock on a connection of its own while the runner works (none
+        behind a transaction-mode pooler, where a session lock lands on a shared server session)."""
+        if self.behind_pooler:
+            yield
+            return
         async with self.pool.connection() as conn:
             if not (await (await conn.execute(RUN_LOCK, (run_id,))).fetchone())[0]:
                 raise SagaBusy(f"saga run {run_id} is being run by another runner")

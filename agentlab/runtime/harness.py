@@ -108,8 +108,9 @@ class Harness:
                                         kwargs={"autocommit": True, **({"prepare_threshold": None} if behind_pooler else {})})
         self.checkpointer_pool = checkpointer_pool(url, behind_pooler=behind_pooler)
         self.saver: AsyncPostgresSaver | None = None
-        self.provider = FakePaymentProvider(url, clock=clock)
-        self.notifier = FakeNotifier(url, clock=self.provider.clock)
+        self.behind_pooler = behind_pooler
+        self.provider = FakePaymentProvider(url, clock=clock, behind_pooler=behind_pooler)
+        self.notifier = FakeNotifier(url, clock=self.provider.clock, behind_pooler=behind_pooler)
         self.worker = OutboxWorker(self.pool, self.provider, notifier=self.notifier)
         self.events = EventLog(self.pool)
         self.toolset = self.domain.toolset

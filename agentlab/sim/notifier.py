@@ -48,8 +48,8 @@ class FakeNotifier(OutsideService):
         clock: the clock its timestamps come from (share the provider's to move time in a test).
     """
 
-    def __init__(self, url: str, *, clock: Clock | None = None):
-        super().__init__(url, min_size=0, max_size=2)
+    def __init__(self, url: str, *, clock: Clock | None = None, behind_pooler: bool = False):
+        super().__init__(url, min_size=0, max_size=2, behind_pooler=behind_pooler)
         self.clock = clock or Clock()
         self.sent = 0  # messages delivered by this instance, for the lab's tables (not used for any check)
         self._faults: list[str | None] = []  # one entry per injected failure: the reference it is for, or None

@@ -73,13 +73,15 @@ def customer_ref(customer_id: int) -> str:
 class OutsideService:
     """An outside system simulated on its own connection pool (never inside the kit's transactions).
 
-    Use as ``async with Service(url) as service:`` or let it open on first use.
+    Use as ``async with Service(url) as service:`` or let it open on first use. ``behind_pooler``: the
+    url is a transaction-mode pooler's, so no prepared statements (they live on one server session).
     """
 
-    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 4):
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 4, behind_pooler: bool = False):
         self.url = url
         self._pool = AsyncConnectionPool(url, min_size=min_size, max_size=max_size, open=False,
-                                         kwargs={"autocommit": True})
+                                         kwargs={"autocommit": True,
+                                                 **({"prepare_threshold": None} if behind_pooler else {})})
         self._opened = False
         self._open_lock = asyncio.Lock()
 
@@ -118,8 +120,9 @@ class FakePaymentProvider(OutsideService):
         clock: the clock keys age on; share one to move time in a test.
     """
 
-    def __init__(self, url: str, *, retention_s: float = DEFAULT_RETENTION_S, clock: Clock | None = None):
-        super().__init__(url)
+    def __init__(self, url: str, *, retention_s: float = DEFAULT_RETENTION_S, clock: Clock | None = None,
+                 behind_pooler: bool = False):
+        super().__init__(url, behind_pooler=behind_pooler)
         self.retention_s = retention_s
         self.clock = clock or Clock()
         self._faults: deque[tuple[str, tuple[str | None, str | None]]] = deque()
