@@ -20,8 +20,12 @@ from test_c14_notebooks_under_nbval import SANITIZE, _kernel_env
 
 ROOT = Path(__file__).resolve().parent.parent
 # the notebooks whose cells are made safe to re-run so far, by number; the others are skipped with the reason
-SAFE = {"00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "12", "14"}
-NOT_YET = {"11": "owned by the sagas work until it lands"}
+SAFE = {"00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "12"}
+NOT_YET = {
+    "11": "owned by the sagas work until it lands",
+    "14": "new threads per run, but a re-run's token counts differ: the prompts hold the new customers' ids, "
+          "one digit longer from 10 on",
+}
 # A re-run makes new rows: the ids of the customers it creates advance (cus_8 where the first run made cus_7),
 # and so do the references built from them and the ids of the rows they get. These masks, added to the
 # suite's sanitize file in this test only, hide those ids and the column widths they change (spaces are
