@@ -83,6 +83,7 @@ SELECT min(available_at) - now() FROM outbox o
 WHERE status = 'pending' AND (%(thread)s::text IS NULL OR thread_id = %(thread)s) AND {IN_ORDER}
 """
 COUNT_BY_STATUS = "SELECT status, count(*) FROM outbox GROUP BY status"
+COUNT_BY_STATUS_OF_THREAD = "SELECT status, count(*) FROM outbox WHERE thread_id = %s GROUP BY status"
 
 
 # --------------------------------------------------------------------------- the intent, in the batch
@@ -294,10 +295,14 @@ class OutboxWorker:
         return total
 
 
-async def outbox_counts(pool) -> dict[str, int]:
-    """Rows per outbox status, e.g. ``{"pending": 0, "dispatched": 2, "dead_letter": 0}``."""
+async def outbox_counts(pool, thread_id: str | None = None) -> dict[str, int]:
+    """Rows per outbox status, e.g. ``{"pending": 0, "dispatched": 2, "dead_letter": 0}``: of the whole
+    outbox, or of the rows the thread ``thread_id`` queued."""
     async with pool.connection() as conn:
-        rows = await (await conn.execute(COUNT_BY_STATUS)).fetchall()
+        if thread_id is None:
+            rows = await (await conn.execute(COUNT_BY_STATUS)).fetchall()
+        else:
+            rows = await (await conn.execute(COUNT_BY_STATUS_OF_THREAD, (thread_id,))).fetchall()
     counts = {"pending": 0, "dispatched": 0, "dead_letter": 0}
     counts.update({s: n for s, n in rows})
     return counts

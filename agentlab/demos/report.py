@@ -15,10 +15,11 @@ from agentlab.runtime.harness import Harness
 
 
 async def episode_report(h: Harness, ep) -> dict[str, Any]:
-    """The report of an episode already run on ``h`` (what the demo prints), read from the database."""
+    """The report of an episode already run on ``h`` (what the demo prints), read from the database: the
+    outbox rows are the episode's own (an episode run again beside it counts its own)."""
     sc = get_scenario(ep.scenario)
     state = await h.end_state(ep, [c.credit_cents for c in sc.customers])
-    outbox = await outbox_counts(h.pool)
+    outbox = await outbox_counts(h.pool, ep.thread_id)
     return report(ep, state, outbox, wall_s=ep.wall_ms / 1000)
 
 

@@ -154,7 +154,10 @@ class Harness:
 
     async def close(self) -> None:
         """Close the pools and the provider; drop the database if this harness made it (unless ``keep``).
-        :attr:`closed` is True afterwards; a closed harness runs nothing (see :meth:`check_open`)."""
+        :attr:`closed` is True afterwards; a closed harness runs nothing (see :meth:`check_open`). Closing
+        again does nothing (a notebook's last cell run twice)."""
+        if self.closed:
+            return
         self.closed = True
         await self.events.close()  # nothing to write, or (server gone) dropped at once; counted, logged
         await self.notifier.close()
@@ -181,6 +184,16 @@ class Harness:
         await self.close()
 
     # ------------------------------------------------------------------ building blocks
+
+    def thread(self, name: str) -> str:
+        """A new thread id for ``name``: ``"<name>-<12 hex digits>"``, different on every call, so a cell
+        run twice starts a new thread instead of continuing the finished one (whose checkpoints persist).
+
+        The suffix has the shape of :meth:`run_episode`'s own thread ids (nbval's sanitize file masks
+        it as ``-THREAD``). Raises ValueError for an empty ``name``."""
+        if not name:
+            raise ValueError("a thread needs a name, e.g. h.thread('nb07-crash')")
+        return f"{name}-{uuid.uuid4().hex[:12]}"
 
     def node(self, safeguards: Safeguards) -> TransactionalToolsNode:
         """A tools node on this harness's pool, provider and event log."""

@@ -36,6 +36,9 @@ def use_projector_style() -> None:
     matplotlib.rcParams.update(PROJECTOR_STYLE)
 
 
+_OPEN: dict[str, Harness] = {}  # the harness each notebook's first cell opened last in this kernel
+
+
 async def open_notebook(name: str, *, keep: bool = False, domain=None) -> Harness:
     """A :class:`Harness` on a fresh database for notebook ``name`` (e.g. ``"01"``), for ``domain`` (a
     :class:`agentlab.core.domain.Domain` or its name; default billing).
@@ -43,7 +46,8 @@ async def open_notebook(name: str, *, keep: bool = False, domain=None) -> Harnes
     The database is dropped by ``await h.close()`` (the notebook's last cell) unless ``keep``, and, as a
     fallback, when the kernel exits without it (a kernel killed outright, as nbval stops its kernels,
     runs no exit hook: the last cell is what cleans up). Running the notebook again gives another
-    fresh one. Raises :class:`agentlab.runtime.db.DatabaseUnavailable` with one actionable line.
+    fresh one; running the first cell again in the same kernel first closes the harness it opened
+    before (and drops that database), so nothing is left reconnecting. Raises :class:`agentlab.runtime.db.DatabaseUnavailable` with one actionable line.
     """
     import pandas as pd
 
@@ -54,7 +58,11 @@ async def open_notebook(name: str, *, keep: bool = False, domain=None) -> Harnes
     honour_semicolons()
     pd.set_option("display.max_colwidth", 90)
     pd.set_option("display.width", 160)
+    previous = _OPEN.pop(name, None)
+    if previous is not None:  # the first cell run again: the old harness's pools closed, its database dropped
+        await previous.close()
     h = await Harness.open(purpose=f"nb{name}", keep=keep, domain=domain)
+    _OPEN[name] = h
     if not keep:
         drop_at_exit(h.url)
     print(f"notebook {name}: a fresh database is ready")
