@@ -349,7 +349,9 @@ class Harness:
         except Exception as exc:
             if is_infrastructure(exc):
                 await self.ensure_reachable(exc)
-            ep.error = f"{type(exc).__name__}: {exc}"
+            from agentlab.runtime.models import describe_model_error
+
+            ep.error = describe_model_error(exc, model) or f"{type(exc).__name__}: {exc}"  # a model's: no key
             snapshot = await graph.aget_state(config) if graph.checkpointer is not None else None
             state = snapshot.values if snapshot is not None else {}
         ep.messages = list(state.get("messages", []))
