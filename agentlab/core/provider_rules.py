@@ -61,12 +61,14 @@ def history_violations(messages: list[AnyMessage]) -> list[HistoryViolation]:
     from langchain_core.messages import AIMessage, ToolMessage
 
     out: list[HistoryViolation] = []
+    late: set[int] = set()  # positions of answers already reported as not_adjacent
     i = 0
     while i < len(messages):
         m = messages[i]
         if isinstance(m, ToolMessage):
-            out.append(HistoryViolation("answers_no_call", m.tool_call_id, i,
-                                        "a ToolMessage that follows no AIMessage with tool calls"))
+            if i not in late:
+                out.append(HistoryViolation("answers_no_call", m.tool_call_id, i,
+                                            "a ToolMessage that follows no AIMessage with tool calls"))
             i += 1
             continue
         calls = all_tool_calls(m) if isinstance(m, AIMessage) else []
@@ -99,6 +101,7 @@ def history_violations(messages: list[AnyMessage]) -> list[HistoryViolation]:
             later = next((j for j in range(i, len(messages)) if isinstance(messages[j], ToolMessage)
                           and messages[j].tool_call_id == cid and _answers_after(messages, at, j)), None)
             if later is not None:
+                late.add(later)
                 out.append(HistoryViolation("not_adjacent", cid, later, "the answer comes after another kind of "
                                             "message, not right after its AIMessage"))
             else:
