@@ -10,6 +10,8 @@ responses (``tests/data/openai_compatible/*.json``) and enforces the history rul
 - Before answering it checks the request's messages as OpenAI's API does and answers HTTP 400 with
   OpenAI's own error text when an assistant message's tool calls are not each answered by a tool message
   right after it, or a tool message answers no call of the assistant message before it.
+- ``{{customer:N}}`` in a recorded argument stands for the N-th id the first user message names
+  (``The customer ids: Acme Analytics = 17.``), as a model reads it from the prompt.
 - ``GET /v1/models`` lists the recorded models.
 
 Every request body is kept in :attr:`RecordedServer.requests` (the history as the client sent it).
@@ -18,6 +20,7 @@ Every request body is kept in :attr:`RecordedServer.requests` (the history as th
 from __future__ import annotations
 
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -141,6 +144,13 @@ class RecordedServer:
         if turn >= len(rec["responses"]):
             return 500, {"error": {"message": f"no recorded response for turn {turn}", "type": "test_server"}}
         body = rec["responses"][turn]
+        first_user = next((m.get("content") for m in request["messages"] if m.get("role") == "user"), "") or ""
+        ids = re.findall(r"= (\d+)", first_user if isinstance(first_user, str) else json.dumps(first_user))
+        if ids:  # {{customer:N}}: the N-th id the prompt names, as a model reads it
+            text = json.dumps(body)
+            for n, cid in enumerate(ids):
+                text = text.replace("{{customer:%d}}" % n, cid)
+            body = json.loads(text)
         if request.get("stream"):
             with self._lock:
                 self.streamed += 1

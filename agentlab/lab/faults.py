@@ -579,6 +579,12 @@ def fault_scenarios(fault: Fault, domain) -> tuple[str, ...]:
     return tuple(domain.scenarios)
 
 
+def injected_by_script(fault: Fault) -> bool:
+    """Whether ``fault`` is injected through the scripted model's calls (a hallucination, a repeated natural
+    key, a wrong order): a real model decides its own calls, so such a fault cannot be given to one."""
+    return type(fault).prepare is not Fault.prepare or isinstance(fault, ScenarioFault)
+
+
 def get_fault(name: str) -> Fault:
     """The named fault. Raises ValueError naming the known faults."""
     try:

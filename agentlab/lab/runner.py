@@ -42,6 +42,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from agentlab.core.errors import SimulatedCrash
 from agentlab.core.graph import RETRY_ATTEMPTS, build_graph, run_config
 from agentlab.runtime.harness import POOL_TIMEOUT_S, Episode, Harness, checkpointer_pool
+from agentlab.runtime.models import prompt_for_model
 from agentlab.lab.invariants import Violation, check_episode
 from agentlab.sim.model import ScriptedChatModel
 from agentlab.core.tools_node import TransactionalToolsNode
@@ -87,9 +88,11 @@ class _ModelRouter(Runnable):
 
     def __init__(self, models: dict[str, Any]):
         self.models = models
+        self.tools: list = []
 
     def bind_tools(self, tools, **kwargs) -> "_ModelRouter":
-        return self  # the scripted models play their script; the schemas change nothing for them
+        self.tools = tools  # the scripted models play their script; another model gets them bound per call
+        return self
 
     def _model(self, config) -> Any:
         thread_id = ensure_config(config).get("configurable", {}).get("thread_id")
@@ -105,7 +108,8 @@ class _ModelRouter(Runnable):
         model = self._model(config)
         if isinstance(model, ScriptedChatModel):
             return (await model._agenerate(list(input))).generations[0].message
-        return await model.ainvoke(input)
+        # a real model: the tools bound, the node's callbacks (streamed arguments) along
+        return await model.bind_tools(self.tools).ainvoke(input, config)
 
 
 class _NodeRouter(TransactionalToolsNode):
@@ -355,12 +359,14 @@ class Lab:
         run = EpisodeRun(h, process, fault, sg, sc, seed, thread_id, ids, node, worker, rng)
         ep = Episode(sc.name, sg.name, thread_id, seed, ids, sg.schema, sc.tenant_id)
         config = run_config(thread_id, tenant_id=sc.tenant_id)
-        process.register(thread_id, make_model(sc.script(ids), seed), node)
+        episode_model = make_model(sc.script(ids), seed)
+        prompt = sc.prompt if isinstance(episode_model, ScriptedChatModel) else prompt_for_model(sc, ids)
+        process.register(thread_id, episode_model, node)
         active, state = process, None
         try:
             await fault.arm(run)
             try:
-                state = await process.graph(sg).ainvoke({"messages": [HumanMessage(sc.prompt)]}, config,
+                state = await process.graph(sg).ainvoke({"messages": [HumanMessage(prompt)]}, config,
                                                         durability=durability)
             except SimulatedCrash:
                 run.crashed = True

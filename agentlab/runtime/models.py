@@ -49,7 +49,7 @@ KEY_VARIABLES = {
     "mistralai": "MISTRAL_API_KEY", "groq": "GROQ_API_KEY",
 }
 # key-like runs an error text may carry (OpenAI echoes part of a refused key): never printed
-_KEY_LIKE = re.compile(r"\b(?:sk|rk|pk)-[A-Za-z0-9_*.-]{4,}|\b[A-Za-z0-9_-]*\*{3,}[A-Za-z0-9_-]*")
+_KEY_LIKE = re.compile(r"\b(?:sk|rk|pk)-[A-Za-z0-9_*.-]{4,}|[A-Za-z0-9_-]*\*{3,}[A-Za-z0-9_-]*")
 
 
 class ModelUnavailable(AgentlabError):
@@ -215,9 +215,10 @@ def _reason(exc: BaseException) -> str:
 def describe_model_error(exc: BaseException, model=None) -> str | None:
     """One line for an error the model's client raised during a run, with no key in it; None when
     ``exc`` is not a model client's error (the caller describes it as usual)."""
-    try:
-        import openai
-    except ImportError:
+    import sys
+
+    openai = sys.modules.get("openai")  # not imported: the error is not its client's
+    if openai is None:
         return None
     base = model_base_url(model) if model is not None else None
     where = f" at {safe_url(base)}" if base else ""
@@ -231,3 +232,50 @@ def describe_model_error(exc: BaseException, model=None) -> str | None:
     if isinstance(exc, openai.OpenAIError):
         return f"the model client failed: {type(exc).__name__}: {scrub(str(exc), model)[:300]}"
     return None
+
+
+def prompt_for_model(scenario, ids: list[int]) -> str:
+    """The scenario's prompt as a real model is sent it: with the ids of the rows the episode created
+    (``The customer ids: Acme Analytics = 17.``), which the scripted model knows from its script and a
+    real one can only read."""
+    rows = getattr(scenario, "customers", ()) or ()
+    if not ids:
+        return scenario.prompt
+    names = [getattr(row, "name", f"row {n + 1}") for n, row in enumerate(rows)] or [f"row {n + 1}" for n in range(len(ids))]
+    listed = ", ".join(f"{name} = {i}" for name, i in zip(names, ids))
+    return f"{scenario.prompt}\n\nThe customer ids: {listed}."
+
+
+# --------------------------------------------------------------------------- the command line
+
+def add_model_arguments(parser) -> None:
+    """``--model``, ``--base-url`` and ``--api-key-env`` for a command that runs episodes (``demo``, ``chaos``)."""
+    parser.add_argument("--model", metavar="PROVIDER:MODEL", default=None,
+                        help="a real chat model instead of the scripted one (the default), e.g. openai:gpt-4o-mini, "
+                        "or openai:qwen2.5:7b with --base-url")
+    parser.add_argument("--base-url", metavar="URL", default=None,
+                        help="an OpenAI-compatible server's /v1 URL: Ollama http://localhost:11434/v1, vLLM "
+                        "http://localhost:8000/v1, llama.cpp http://localhost:8080/v1 (no key needed)")
+    parser.add_argument("--api-key-env", metavar="VAR", default=None,
+                        help="the environment variable holding the model's key (default: OPENAI_API_KEY for a "
+                        "hosted openai: model, none with --base-url); a key is never given on the command line")
+
+
+def model_from_args(args):
+    """The real model the options name, checked to answer (:func:`probe_model`), or None for the scripted one.
+
+    Raises:
+        ModelUnavailable: ``--base-url`` or ``--api-key-env`` without ``--model``, or what
+            :func:`load_model` and :func:`probe_model` raise.
+    """
+    import asyncio
+
+    name = getattr(args, "model", None)
+    if name is None:
+        if getattr(args, "base_url", None) or getattr(args, "api_key_env", None):
+            raise ModelUnavailable("--base-url and --api-key-env go with --model PROVIDER:MODEL, e.g. "
+                                   "--model openai:qwen2.5:7b --base-url http://localhost:11434/v1")
+        return None
+    model = load_model(name, base_url=args.base_url, api_key_env=args.api_key_env)
+    asyncio.run(probe_model(model))
+    return model
