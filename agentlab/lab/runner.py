@@ -37,6 +37,7 @@ from typing import Any
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import Runnable, ensure_config
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.errors import EmptyInputError
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from agentlab.core.errors import SimulatedCrash
@@ -329,8 +330,8 @@ class Lab:
             fault: a :class:`agentlab.lab.faults.Fault` or its name.
             safeguards: a preset name or value; the episode runs under ``fault.episode_safeguards(safeguards)``
                 (the statement-timeout fault scales the statement timeout down to the lab's scale).
-            durability: LangGraph durability; default ``"sync"`` when the fault may resume the graph
-                from a checkpoint, else ``"exit"``.
+            durability: LangGraph durability; default the fault's own (``forced_durability``), else
+                ``"sync"`` when the fault may resume the graph from a checkpoint, else ``"exit"``.
             check: run the invariant checker (else ``violations`` is empty).
             model: ``model(script, seed)`` builds the episode's chat model from the resolved script (default
                 :class:`agentlab.sim.model.ScriptedChatModel`); called again for the resumed process.
@@ -348,7 +349,7 @@ class Lab:
             scenario = rng.choice(fault_scenarios(fault, domain))
         base = self.harness.scenario(scenario)
         sc = fault.prepare(base.clean(), rng)
-        durability = durability or ("sync" if fault.resumes_graph(sg) else "exit")
+        durability = durability or fault.forced_durability or ("sync" if fault.resumes_graph(sg) else "exit")
         h, process = self.harness, self.process
         t0 = time.perf_counter()
         thread_id = f"{fault.name}-{sg.name}-{uuid.uuid4().hex[:12]}"
@@ -377,7 +378,16 @@ class Lab:
                 active = await self.restart_process()
                 active.register(thread_id, make_model(sc.script(ids), seed), active.node(sg))
                 try:
-                    state = await active.graph(sg).ainvoke(None, config, durability=durability)
+                    try:
+                        state = await active.graph(sg).ainvoke(None, config, durability=durability)
+                    except EmptyInputError:  # no checkpoint (durability "exit"): nothing to resume
+                        if not fault.resubmits:
+                            raise
+                        # the user sends the prompt again; the model's tool call ids are new (case C23)
+                        run.notes["resume"] = "no checkpoint; the prompt was sent again"
+                        active.register(thread_id, make_model(sc.script(ids), seed + 1), active.node(sg))
+                        state = await active.graph(sg).ainvoke({"messages": [HumanMessage(prompt)]}, config,
+                                                               durability=durability)
                 except Exception as exc:
                     ep.error = f"{type(exc).__name__}: {exc}"
                     state = None
