@@ -176,8 +176,10 @@ def build_graph(model, node: TransactionalToolsNode, *, checkpointer=None, max_r
         if repaired is not None:
             events.record("agent", "orphans_answered", thread_id=thread_id,
                           detail=f"{len(unanswered_tool_calls(messages))} unanswered tool call(s) answered")
-        sent = provider_view(repaired if repaired is not None else messages)  # the rules providers enforce
-        check_history(sent)
+        history = repaired if repaired is not None else messages
+        sent = provider_view(history)  # the rules providers enforce; the same list when it keeps them
+        if sent is not history:
+            check_history(sent)
         strict = StrictStreamedArguments()  # a streamed call's cut-off arguments stay invalid (not completed)
         response = strict.correct(await bound.ainvoke(sent, merge_configs(config, {"callbacks": [strict]})))
         if isinstance(response, AIMessage) and all_tool_calls(response):
