@@ -25,6 +25,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     try:
         domain = resolve_domain(args.domain)
+        if domain.name != "billing" and args.model is not None:
+            print(f"agentlab demo: --model runs billing's stories; {domain.name!r} plays its scripted model "
+                  "(drop --model)", file=sys.stderr)
+            return 2
         if domain.name != "billing":
             return _domain_demo(args, domain)
     except DomainError as exc:  # a domain that cannot be found or lacks what a demo needs: one line
@@ -72,10 +76,6 @@ def _domain_demo(args: argparse.Namespace, domain) -> int:
 
 
 def _cmd_chaos(args: argparse.Namespace) -> int:
-    if args.model and not args.agent:
-        print("agentlab chaos: --model drives the agents of --agent; the catalog's experiment plays the scripted "
-              "model only (add --agent toolnode create_agent kit)", file=sys.stderr)
-        return 2
     if args.agent:
         from agentlab.lab.yardstick_table import main as yardstick_main
 
@@ -174,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     chaos = sub.add_parser("chaos", help="run the failure lab: faults x presets -> invariant violations")
     add_arguments(chaos)
-    add_model_arguments(chaos)
+    add_model_arguments(chaos, model=False)  # the chaos options hold --model (for --agent too)
     chaos.set_defaults(func=_cmd_chaos)
 
     tau2 = sub.add_parser("tau2", help="replay tau2-bench retail's 114 tasks through the node: hash matches, violations")

@@ -248,11 +248,13 @@ def prompt_for_model(scenario, ids: list[int]) -> str:
 
 # --------------------------------------------------------------------------- the command line
 
-def add_model_arguments(parser) -> None:
-    """``--model``, ``--base-url`` and ``--api-key-env`` for a command that runs episodes (``demo``, ``chaos``)."""
-    parser.add_argument("--model", metavar="PROVIDER:MODEL", default=None,
-                        help="a real chat model instead of the scripted one (the default), e.g. openai:gpt-4o-mini, "
-                        "or openai:qwen2.5:7b with --base-url")
+def add_model_arguments(parser, *, model: bool = True) -> None:
+    """``--model``, ``--base-url`` and ``--api-key-env`` for a command that runs episodes (``demo``, ``chaos``);
+    ``model=False`` leaves ``--model`` to a parser that has it already."""
+    if model:
+        parser.add_argument("--model", metavar="PROVIDER:MODEL", default=None,
+                            help="a real chat model instead of the scripted one (the default), e.g. "
+                            "openai:gpt-4o-mini, or openai:qwen2.5:7b with --base-url")
     parser.add_argument("--base-url", metavar="URL", default=None,
                         help="an OpenAI-compatible server's /v1 URL: Ollama http://localhost:11434/v1, vLLM "
                         "http://localhost:8000/v1, llama.cpp http://localhost:8080/v1 (no key needed)")
