@@ -166,11 +166,14 @@ _EXPORTS = {
     "runtime.harness": (
         "Episode", "Harness", "HarnessClosed",
     ),
+    "runtime.models": (
+        "ModelUnavailable", "load_model", "probe_model",
+    ),
     "runtime.notebook": (
         "open_notebook",
     ),
     "sim.model": (
-        "ScriptedChatModel", "classify", "load_model",
+        "ScriptedChatModel", "classify",
     ),
     "sim.notifier": (
         "FakeNotifier",

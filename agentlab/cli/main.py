@@ -25,6 +25,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     try:
         domain = resolve_domain(args.domain)
+        if domain.name != "billing" and args.model is not None:
+            print(f"agentlab demo: --model runs billing's stories; {domain.name!r} plays its scripted model "
+                  "(drop --model)", file=sys.stderr)
+            return 2
         if domain.name != "billing":
             return _domain_demo(args, domain)
     except DomainError as exc:  # a domain that cannot be found or lacks what a demo needs: one line
@@ -40,8 +44,17 @@ def _cmd_demo(args: argparse.Namespace) -> int:
               f"transaction); drop --preset {args.preset}", file=sys.stderr)
         return 2
     args.preset = args.preset or "full"
+    from agentlab.runtime.models import ModelUnavailable, model_from_args
 
-    rep = asyncio.run(run_demo(args.scenario, args.preset, seed=args.seed, keep=args.keep))
+    if args.scenario in WORKFLOW_DEMOS and args.model is not None:
+        print(f"agentlab: the {args.scenario} demo plays scripted steps; drop --model", file=sys.stderr)
+        return 2
+    try:
+        model = model_from_args(args)
+    except ModelUnavailable as exc:
+        print(f"agentlab: {exc}", file=sys.stderr)
+        return 2
+    rep = asyncio.run(run_demo(args.scenario, args.preset, seed=args.seed, keep=args.keep, model=model))
     print(to_json(rep) if args.json else render(rep))
     return 1 if rep["error"] else 0
 
@@ -63,10 +76,6 @@ def _domain_demo(args: argparse.Namespace, domain) -> int:
 
 
 def _cmd_chaos(args: argparse.Namespace) -> int:
-    if args.model and not args.agent:
-        print("agentlab chaos: --model drives the agents of --agent; the catalog's experiment plays the scripted "
-              "model only (add --agent toolnode create_agent kit)", file=sys.stderr)
-        return 2
     if args.agent:
         from agentlab.lab.yardstick_table import main as yardstick_main
 
@@ -156,12 +165,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true", help="print one JSON object")
     demo.add_argument("--keep", action="store_true",
                       help="keep the demo's database to inspect it (the demo prints the psql command; db clean drops it)")
+    from agentlab.runtime.models import add_model_arguments
+
+    add_model_arguments(demo)
     demo.set_defaults(func=_cmd_demo)
 
     from agentlab.lab.options import add_arguments
 
     chaos = sub.add_parser("chaos", help="run the failure lab: faults x presets -> invariant violations")
     add_arguments(chaos)
+    add_model_arguments(chaos, model=False)  # the chaos options hold --model (for --agent too)
     chaos.set_defaults(func=_cmd_chaos)
 
     tau2 = sub.add_parser("tau2", help="replay tau2-bench retail's 114 tasks through the node: hash matches, violations")

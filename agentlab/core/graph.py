@@ -2,7 +2,10 @@
 
 - ``agent`` calls the model. Before it does, any tool call id left without a ToolMessage (a crash,
   an older version: case C02) is answered: with the ledger's stored result when the call committed,
-  else ``NOT APPLIED``, so the model never receives an unanswered call.
+  else ``NOT APPLIED``, so the model never receives an unanswered call. What it is sent then keeps the
+  rules real providers enforce (:mod:`agentlab.core.provider_rules`: each call answered once, right
+  after its AIMessage, no answer without a call), and a streamed call's cut-off arguments stay invalid
+  (:mod:`agentlab.core.streamed_calls`).
 - ``tools`` is :class:`agentlab.core.tools_node.TransactionalToolsNode`, under a RetryPolicy that retries
   infrastructure errors only (:func:`agentlab.core.errors.is_infrastructure`). LangGraph's default
   ``retry_on`` retries every exception that is not a Python built-in error, psycopg's constraint
@@ -23,6 +26,7 @@ from __future__ import annotations
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import merge_configs
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage, ToolMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
@@ -37,6 +41,8 @@ from agentlab.core.messages import (
     FAILED_PREFIX, FAILED_TEMPLATE, INVALID_JSON_ARGUMENTS, NOT_APPLIED_TEMPLATE, ORPHANED_CALL, all_tool_calls, batches, occurrences,
     unanswered_tool_calls, with_call_ids,
 )
+from agentlab.core.provider_rules import check_history, provider_view
+from agentlab.core.streamed_calls import StrictStreamedArguments
 from agentlab.core.tools_node import LEDGER_LOOKUP, TransactionalToolsNode, idempotency_key
 from agentlab.core.events import observe_node
 from agentlab.core.toolspec import result_content
@@ -170,7 +176,12 @@ def build_graph(model, node: TransactionalToolsNode, *, checkpointer=None, max_r
         if repaired is not None:
             events.record("agent", "orphans_answered", thread_id=thread_id,
                           detail=f"{len(unanswered_tool_calls(messages))} unanswered tool call(s) answered")
-        response = await bound.ainvoke(repaired if repaired is not None else messages)
+        history = repaired if repaired is not None else messages
+        sent = provider_view(history)  # the rules providers enforce; the same list when it keeps them
+        if sent is not history:
+            check_history(sent)
+        strict = StrictStreamedArguments()  # a streamed call's cut-off arguments stay invalid (not completed)
+        response = strict.correct(await bound.ainvoke(sent, merge_configs(config, {"callbacks": [strict]})))
         if isinstance(response, AIMessage) and all_tool_calls(response):
             if not response.id:
                 response.id = f"lc_{uuid.uuid4()}"

@@ -37,10 +37,16 @@ __all__ = ["episode_report", "render", "render_episode", "run_demo", "run_domain
 
 
 async def run_demo(scenario: str = "refund", preset_name: str = "full", *, seed: int = 0,
-                   keep: bool = False) -> dict[str, Any]:
+                   keep: bool = False, model=None) -> dict[str, Any]:
     """Run one demo episode in a fresh database; return the report (see :func:`report`).
-    ``saga`` and ``approval`` run :mod:`agentlab.demos.workflows` instead."""
+    ``saga`` and ``approval`` run :mod:`agentlab.demos.workflows` instead (scripted only).
+    ``model``: a chat model to play instead of the scripted one (:func:`agentlab.runtime.models.load_model`).
+
+    Raises:
+        ValueError: a ``model`` with the ``saga`` or ``approval`` demo (their steps are scripted)."""
     if scenario in ("saga", "approval"):
+        if model is not None:
+            raise ValueError(f"the {scenario} demo plays scripted steps; run it without a model")
         from agentlab.demos.workflows import run_workflow_demo
 
         return await run_workflow_demo(scenario, preset_name, seed=seed, keep=keep)
@@ -49,7 +55,7 @@ async def run_demo(scenario: str = "refund", preset_name: str = "full", *, seed:
     t0 = time.perf_counter()
     h = await Harness.open(purpose="demo", keep=keep)
     try:
-        ep = await h.run_episode(sc, sg, seed=seed)
+        ep = await h.run_episode(sc, sg, seed=seed, model=model)
         rep = await episode_report(h, ep)
     finally:
         await h.close()

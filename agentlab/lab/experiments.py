@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentlab.runtime import db
 from agentlab.core.errors import DomainError, is_infrastructure
-from agentlab.lab.faults import FAULTS, fault_scenarios, faults_for, get_fault
+from agentlab.lab.faults import FAULTS, fault_scenarios, faults_for, get_fault, injected_by_script
 from agentlab.runtime.domains import resolve_domain
 from agentlab.runtime.harness import Harness
 from agentlab.lab.invariants import KINDS, count_by_kind
@@ -206,7 +206,7 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
                          faults: Iterable[str] | None = None, *, seed: int = 0,
                          concurrency: int = DEFAULT_CONCURRENCY, progress: bool | None = None,
                          url: str | None = None, durability: str | None = None,
-                         fast_commit: bool = True, workers: int = 1, domain=None) -> ExperimentResult:
+                         fast_commit: bool = True, workers: int = 1, domain=None, model=None) -> ExperimentResult:
     """Run ``episodes`` episodes for every (fault, preset) pair and check each.
 
     Args:
@@ -227,6 +227,9 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
         domain: the domain to run (a :class:`agentlab.core.domain.Domain`, ``"billing"`` (default) or
             ``"package.module:NAME"``); the faults default to those that fit it
             (:func:`agentlab.lab.faults.faults_for`), and its own invariant kinds get a column each.
+        model: a real chat model (:func:`agentlab.runtime.models.load_model`) to play every episode instead of
+            the scripted one; the episodes then run in this process, and a fault injected through the
+            script (:func:`agentlab.lab.faults.injected_by_script`) is refused.
 
     Raises:
         ValueError: an unknown preset or fault name, or one given twice; ``episodes``, ``concurrency`` or ``workers`` below 1.
@@ -251,7 +254,11 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
     fault_objs = [get_fault(f) for f in faults]
     for f in fault_objs:
         fault_scenarios(f, domain)  # a fault that does not fit the domain: ValueError before any episode
-    if domain.name != "billing":
+    scripted = [f.name for f in fault_objs if injected_by_script(f)]
+    if model is not None and scripted:
+        raise ValueError(f"fault(s) {', '.join(scripted)} are injected through the scripted model's calls; a real "
+                         "model decides its own, so leave them out")
+    if domain.name != "billing" or model is not None:
         workers = 1
     jobs = [(i, f, p) for i in range(episodes) for f in faults for p in presets]
     workers = max(1, min(workers, len(jobs)))
@@ -287,7 +294,7 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
                 on_done=lambda n: bar.update(n - bar.n))
         else:
             results, wall_s, cpu_s = await run_jobs(h, jobs, by_name, seed=seed, concurrency=concurrency,
-                                                    durability=durability, on_done=lambda: bar.update(1))
+                                                    durability=durability, on_done=lambda: bar.update(1), model=model)
     except BaseException as exc:
         bar.close()
         await _close_quietly(h, url if created else None, exc)
@@ -327,7 +334,7 @@ async def preflight(h: Harness, domain) -> None:
 
 async def run_jobs(h: Harness, jobs: Sequence[tuple[int, str, str]], by_name: dict[str, Safeguards], *, seed: int,
                    concurrency: int, durability: str | None, on_done: Callable[[], None] | None = None,
-                   should_stop: Callable[[], bool] | None = None) -> tuple[list[dict], float, float]:
+                   should_stop: Callable[[], bool] | None = None, model=None) -> tuple[list[dict], float, float]:
     """Run ``jobs`` (``(episode, fault, preset name)``) on ``h``'s database in this process, ``concurrency``
     at a time; return one row per job (in completion order), the wall seconds and this process's CPU seconds.
 
@@ -346,7 +353,8 @@ async def run_jobs(h: Harness, jobs: Sequence[tuple[int, str, str]], by_name: di
             if should_stop is not None and should_stop():
                 return
             try:
-                run = await lab.run(f, by_name[p], seed=episode_seed(seed, i), durability=durability)
+                run = await lab.run(f, by_name[p], seed=episode_seed(seed, i), durability=durability,
+                                    model=None if model is None else lambda script, seed: model)
                 results.append(row(run, i))
             except DomainError:
                 raise  # a wrong domain is the user's to fix, not a row of the table
@@ -440,12 +448,20 @@ def main(args) -> int:
 
     from agentlab.core.errors import DomainError
 
+    from agentlab.runtime.models import ModelUnavailable, model_from_args
+
     try:
         domain = resolve_domain(args.domain)
         faults = args.faults or faults_for(domain)
         for f in faults:
             fault_scenarios(get_fault(f), domain)
-    except (DomainError, ValueError) as exc:
+        model = model_from_args(args)
+        if model is not None and not args.faults:  # by default, the faults a real model can be given
+            faults = [f for f in faults if not injected_by_script(get_fault(f))]
+        elif model is not None and (scripted := [f for f in faults if injected_by_script(get_fault(f))]):
+            raise ValueError(f"with --model, fault(s) {', '.join(scripted)} cannot be injected (they go through "
+                             "the scripted model's calls); leave them out")
+    except (DomainError, ValueError, ModelUnavailable) as exc:
         print(f"agentlab chaos: {exc}", file=sys.stderr)
         return 2
     cells = len(args.presets or PRESETS) * len(faults)
@@ -453,6 +469,7 @@ def main(args) -> int:
     result = run_loop(run_experiment(
         args.episodes, args.presets, faults, seed=args.seed, concurrency=args.concurrency,
         progress=False if (args.no_progress or args.json) else None, workers=max(1, workers), domain=domain,
+        model=model,
     ))
     print(json.dumps(result.to_json(), default=str) if args.json else render(result), flush=True)
     if args.plot:  # after the table: a plot that cannot be written loses no result

@@ -37,6 +37,10 @@ A fault never sets a flag the code under test reads: it holds real locks, kills 
 installs a real trigger, raises where a process would die, or asks the provider for its own
 injected network failure.
 
+``crash_under_exit`` (case C23, only when named: :data:`OPT_IN_FAULTS`) runs under ``durability="exit"``: the
+crash after the business commit leaves no checkpoint, the prompt is sent again with new tool call ids,
+and a call without a natural key applies twice under every preset.
+
 ``get_fault(name)``,         :data:`FAULTS`; :meth:`agentlab.lab.runner.Lab.run` injects one into an episode.
 """
 
@@ -87,6 +91,8 @@ class Fault:
     scenarios: tuple[str, ...] = CLEAN_SCENARIOS
 
     resumes = False
+    forced_durability = None  # the LangGraph durability the fault needs (None: the runner's choice)
+    resubmits = False  # a resume that finds no checkpoint sends the prompt again (with new tool call ids)
 
     def resumes_graph(self, safeguards) -> bool:
         """Whether the episode's graph may crash and resume from a checkpoint under ``safeguards`` (it then
@@ -425,6 +431,20 @@ class CrashAfterCommit(Fault):
 
 
 @dataclass(frozen=True)
+class CrashUnderExitDurability(CrashAfterCommit):
+    """Case C23: the episode runs with LangGraph ``durability="exit"`` (a checkpoint only when a run ends) and
+    the process dies right after the first batch's COMMIT. The new process finds no checkpoint, so
+    nothing to resume (LangGraph's ``EmptyInputError``); the user sends the prompt again and the model
+    sends the work again under new tool call ids, which the ledger cannot recognise. Natural keys refuse
+    a second credit memo, invoice or refund; ``ApplyCredit`` has none, so its deduction is applied twice
+    under every preset (``balance_mismatch``), and the first run's ledger rows answer no call of the
+    thread (``ledger_mismatch``). The safeguard is not a preset: run with ``"sync"`` or ``"async"``."""
+
+    forced_durability = "exit"
+    resubmits = True
+
+
+@dataclass(frozen=True)
 class CrashMidNode(Fault):
     """The process dies before call ``at_call`` of a batch (inside its transaction); the thread
     resumes from its last checkpoint in a new process."""
@@ -555,6 +575,15 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
 )}
 
 
+OPT_IN_FAULTS: dict[str, Fault] = {f.name: f for f in (
+    CrashUnderExitDurability("crash_under_exit", "crash_before_checkpoint",
+                             "durability exit: crash after the business commit, no checkpoint; the prompt is sent again",
+                             "none (run with durability sync or async)", ("refund", "invoice", "batch")),
+)}
+"""Faults run only when named (``--faults crash_under_exit``, ``Lab.run("crash_under_exit")``), never by
+default: no preset holds them, so they stay out of the table every preset is meant to keep clean."""
+
+
 GENERIC_FAULTS = ("none", "backend_killed", "crash_before_checkpoint", "crash_mid_node")
 """Faults that need nothing of a domain but its tools node: they fit every domain and scenario."""
 
@@ -579,12 +608,18 @@ def fault_scenarios(fault: Fault, domain) -> tuple[str, ...]:
     return tuple(domain.scenarios)
 
 
+def injected_by_script(fault: Fault) -> bool:
+    """Whether ``fault`` is injected through the scripted model's calls (a hallucination, a repeated natural
+    key, a wrong order): a real model decides its own calls, so such a fault cannot be given to one."""
+    return type(fault).prepare is not Fault.prepare or isinstance(fault, ScenarioFault)
+
+
 def get_fault(name: str) -> Fault:
     """The named fault. Raises ValueError naming the known faults."""
     try:
-        return FAULTS[name]
+        return FAULTS[name] if name in FAULTS else OPT_IN_FAULTS[name]
     except KeyError:
-        raise ValueError(f"unknown fault {name!r}; choose one of: {', '.join(FAULTS)}") from None
+        raise ValueError(f"unknown fault {name!r}; choose one of: {', '.join([*FAULTS, *OPT_IN_FAULTS])}") from None
 
 
 def fault_table() -> list[dict[str, str]]:
@@ -595,7 +630,7 @@ def fault_table() -> list[dict[str, str]]:
 
 def check_catalog() -> None:
     """Raise AssertionError when a fault names an unknown scenario or a family outside :data:`FAMILIES`."""
-    for f in FAULTS.values():
+    for f in [*FAULTS.values(), *OPT_IN_FAULTS.values()]:
         for s in f.scenarios:
             get_scenario(s)
         assert f.family in (*FAMILIES, "control"), f.name

@@ -37,11 +37,13 @@ from typing import Any
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import Runnable, ensure_config
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.errors import EmptyInputError
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from agentlab.core.errors import SimulatedCrash
 from agentlab.core.graph import RETRY_ATTEMPTS, build_graph, run_config
 from agentlab.runtime.harness import POOL_TIMEOUT_S, Episode, Harness, checkpointer_pool
+from agentlab.runtime.models import prompt_for_model
 from agentlab.lab.invariants import Violation, check_episode
 from agentlab.sim.model import ScriptedChatModel
 from agentlab.core.tools_node import TransactionalToolsNode
@@ -87,9 +89,11 @@ class _ModelRouter(Runnable):
 
     def __init__(self, models: dict[str, Any]):
         self.models = models
+        self.tools: list = []
 
     def bind_tools(self, tools, **kwargs) -> "_ModelRouter":
-        return self  # the scripted models play their script; the schemas change nothing for them
+        self.tools = tools  # the scripted models play their script; another model gets them bound per call
+        return self
 
     def _model(self, config) -> Any:
         thread_id = ensure_config(config).get("configurable", {}).get("thread_id")
@@ -105,7 +109,8 @@ class _ModelRouter(Runnable):
         model = self._model(config)
         if isinstance(model, ScriptedChatModel):
             return (await model._agenerate(list(input))).generations[0].message
-        return await model.ainvoke(input)
+        # a real model: the tools bound, the node's callbacks (streamed arguments) along
+        return await model.bind_tools(self.tools).ainvoke(input, config)
 
 
 class _NodeRouter(TransactionalToolsNode):
@@ -325,8 +330,8 @@ class Lab:
             fault: a :class:`agentlab.lab.faults.Fault` or its name.
             safeguards: a preset name or value; the episode runs under ``fault.episode_safeguards(safeguards)``
                 (the statement-timeout fault scales the statement timeout down to the lab's scale).
-            durability: LangGraph durability; default ``"sync"`` when the fault may resume the graph
-                from a checkpoint, else ``"exit"``.
+            durability: LangGraph durability; default the fault's own (``forced_durability``), else
+                ``"sync"`` when the fault may resume the graph from a checkpoint, else ``"exit"``.
             check: run the invariant checker (else ``violations`` is empty).
             model: ``model(script, seed)`` builds the episode's chat model from the resolved script (default
                 :class:`agentlab.sim.model.ScriptedChatModel`); called again for the resumed process.
@@ -344,7 +349,7 @@ class Lab:
             scenario = rng.choice(fault_scenarios(fault, domain))
         base = self.harness.scenario(scenario)
         sc = fault.prepare(base.clean(), rng)
-        durability = durability or ("sync" if fault.resumes_graph(sg) else "exit")
+        durability = durability or fault.forced_durability or ("sync" if fault.resumes_graph(sg) else "exit")
         h, process = self.harness, self.process
         t0 = time.perf_counter()
         thread_id = f"{fault.name}-{sg.name}-{uuid.uuid4().hex[:12]}"
@@ -355,12 +360,14 @@ class Lab:
         run = EpisodeRun(h, process, fault, sg, sc, seed, thread_id, ids, node, worker, rng)
         ep = Episode(sc.name, sg.name, thread_id, seed, ids, sg.schema, sc.tenant_id)
         config = run_config(thread_id, tenant_id=sc.tenant_id)
-        process.register(thread_id, make_model(sc.script(ids), seed), node)
+        episode_model = make_model(sc.script(ids), seed)
+        prompt = sc.prompt if isinstance(episode_model, ScriptedChatModel) else prompt_for_model(sc, ids)
+        process.register(thread_id, episode_model, node)
         active, state = process, None
         try:
             await fault.arm(run)
             try:
-                state = await process.graph(sg).ainvoke({"messages": [HumanMessage(sc.prompt)]}, config,
+                state = await process.graph(sg).ainvoke({"messages": [HumanMessage(prompt)]}, config,
                                                         durability=durability)
             except SimulatedCrash:
                 run.crashed = True
@@ -371,7 +378,16 @@ class Lab:
                 active = await self.restart_process()
                 active.register(thread_id, make_model(sc.script(ids), seed), active.node(sg))
                 try:
-                    state = await active.graph(sg).ainvoke(None, config, durability=durability)
+                    try:
+                        state = await active.graph(sg).ainvoke(None, config, durability=durability)
+                    except EmptyInputError:  # no checkpoint (durability "exit"): nothing to resume
+                        if not fault.resubmits:
+                            raise
+                        # the user sends the prompt again; the model's tool call ids are new (case C23)
+                        run.notes["resume"] = "no checkpoint; the prompt was sent again"
+                        active.register(thread_id, make_model(sc.script(ids), seed + 1), active.node(sg))
+                        state = await active.graph(sg).ainvoke({"messages": [HumanMessage(prompt)]}, config,
+                                                               durability=durability)
                 except Exception as exc:
                     ep.error = f"{type(exc).__name__}: {exc}"
                     state = None

@@ -225,16 +225,17 @@ def main(args) -> int:
             get_yardstick_fault(f)
         model = None
         if getattr(args, "model", None):
-            from agentlab.sim.model import load_model
+            from agentlab.runtime.models import load_model
 
             name = args.model
+            where = {"base_url": getattr(args, "base_url", None), "api_key_env": getattr(args, "api_key_env", None)}
             try:  # a missing package, key or a malformed name fails here, before any episode
-                load_model(name)
+                load_model(name, **where)
             except AgentlabError:
                 raise
             except Exception as exc:  # each provider's package raises its own
                 raise AgentlabError(f"model {name!r} could not be built: {type(exc).__name__}: {exc}") from exc
-            model = lambda script, seed: load_model(name)
+            model = lambda script, seed: load_model(name, **where)
         if args.domain != "billing":
             raise ValueError("the yardstick runs the billing domain (the baselines' tools are billing's); "
                              "drop --domain")

@@ -37,6 +37,7 @@ from agentlab.core.errors import AgentlabError, is_infrastructure
 from agentlab.core.events import EventLog
 from agentlab.core.graph import build_graph, run_config
 from agentlab.core.messages import unanswered_tool_calls
+from agentlab.runtime.models import describe_model_error, prompt_for_model
 from agentlab.sim.model import ScriptedChatModel
 from agentlab.core.tools_node import TransactionalToolsNode
 from agentlab.sim.notifier import FakeNotifier
@@ -331,6 +332,11 @@ class Harness:
                           model=None, graph=None) -> Episode:
         """Play ``scenario`` under ``safeguards`` with the scripted model, then drain the outbox.
 
+        ``model``: another chat model (a real one: :func:`agentlab.runtime.models.load_model`) plays
+        instead; it gets the prompt with the ids of the rows the episode created
+        (:func:`agentlab.runtime.models.prompt_for_model`) and decides for itself, so the scenario's
+        intended end state is what the script would reach, not a promise about that model.
+
         ``durability`` is LangGraph's: ``"sync"`` writes each super-step's checkpoint before the next
         step starts, ``"async"`` (default) while it runs, ``"exit"`` only when the run ends. ``exit``
         is the fastest and gives up resuming: a process killed mid-run leaves no checkpoint at all,
@@ -354,16 +360,17 @@ class Harness:
         thread_id = thread_id or f"{scenario.name}-{uuid.uuid4().hex[:12]}"
         t0 = time.perf_counter()
         ids = await self.create_customers(scenario, safeguards)
+        prompt = scenario.prompt if model is None or isinstance(model, ScriptedChatModel) else prompt_for_model(scenario, ids)
         model = model or ScriptedChatModel(script=scenario.script(ids), seed=seed)
         graph = graph or self.graph(safeguards, model)
         ep = Episode(scenario.name, safeguards.name, thread_id, seed, ids, safeguards.schema, scenario.tenant_id)
         config = run_config(thread_id, tenant_id=scenario.tenant_id)
         try:
-            state = await graph.ainvoke({"messages": [HumanMessage(scenario.prompt)]}, config, durability=durability)
+            state = await graph.ainvoke({"messages": [HumanMessage(prompt)]}, config, durability=durability)
         except Exception as exc:
             if is_infrastructure(exc):
                 await self.ensure_reachable(exc)
-            ep.error = f"{type(exc).__name__}: {exc}"
+            ep.error = describe_model_error(exc, model) or f"{type(exc).__name__}: {exc}"  # a model's: no key
             snapshot = await graph.aget_state(config) if graph.checkpointer is not None else None
             state = snapshot.values if snapshot is not None else {}
         ep.messages = list(state.get("messages", []))

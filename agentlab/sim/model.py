@@ -1,4 +1,4 @@
-"""The model: a deterministic, seeded chat model that plays a scenario, or a real one by name.
+"""The model: a deterministic, seeded chat model that plays a scenario (a real one: :mod:`agentlab.runtime.models`).
 
 :class:`ScriptedChatModel` is a LangChain ``BaseChatModel`` with ``bind_tools``. It emits real
 ``AIMessage.tool_calls`` from a script (:mod:`agentlab.domains.billing.scenarios`) and reads the ToolMessages it
@@ -22,7 +22,6 @@ every invocation as a real model's are, repeatable for the same seed and run.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 from typing import Any
 
@@ -31,7 +30,6 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import ConfigDict, PrivateAttr
 
-from agentlab.core.errors import AgentlabError
 from agentlab.core.messages import FAILED_PREFIX, NOT_APPLIED_PREFIX
 from agentlab.domains.billing.scenarios import PlannedCall
 
@@ -173,43 +171,3 @@ class ScriptedChatModel(BaseChatModel):
 
     async def _agenerate(self, messages, stop=None, run_manager=None, **kwargs: Any) -> ChatResult:
         return self._generate(messages, stop=stop, **kwargs)
-
-
-PROVIDER_PACKAGES = {
-    "openai": ("langchain_openai", "ChatOpenAI"),
-    "anthropic": ("langchain_anthropic", "ChatAnthropic"),
-    "google_genai": ("langchain_google_genai", "ChatGoogleGenerativeAI"),
-    "mistralai": ("langchain_mistralai", "ChatMistralAI"),
-    "groq": ("langchain_groq", "ChatGroq"),
-    "ollama": ("langchain_ollama", "ChatOllama"),
-}
-
-
-def load_model(name: str, **kwargs: Any) -> BaseChatModel:
-    """A real chat model by ``"provider:model"`` (e.g. ``"openai:gpt-4o-mini"``), when its package is installed.
-
-    Uses ``langchain.chat_models.init_chat_model`` when the ``langchain`` package is present, else
-    the provider's own package. The key is read by that package from its usual environment variable.
-
-    Raises:
-        AgentlabError: the name has no ``provider:`` part, or the provider's package is not installed.
-    """
-    provider, _, model = name.partition(":")
-    if not model:
-        raise AgentlabError(f"model name {name!r} must look like 'provider:model', e.g. 'openai:gpt-4o-mini'")
-    try:
-        from langchain.chat_models import init_chat_model  # type: ignore[import-not-found]
-    except ImportError:
-        init_chat_model = None
-    if init_chat_model is not None:
-        return init_chat_model(model, model_provider=provider, **kwargs)
-    if provider not in PROVIDER_PACKAGES:
-        raise AgentlabError(f"unknown model provider {provider!r}; known: {', '.join(PROVIDER_PACKAGES)}")
-    module_name, class_name = PROVIDER_PACKAGES[provider]
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError:
-        raise AgentlabError(
-            f"model provider {provider!r} needs its package: pip install {module_name.replace('_', '-')}"
-        ) from None
-    return getattr(module, class_name)(model=model, **kwargs)
