@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from agentlab.core.safeguards import PRESETS
-from agentlab.lab.faults import FAULTS
+from agentlab.lab.faults import CONCURRENCY_FAMILY, FAULTS
 
 DEFAULT_CONCURRENCY = 32
 YARDSTICK_ONLY_FAULTS = ("refund_story",)  # faults of agentlab.lab.yardstick that the catalog does not hold
@@ -79,8 +79,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--model", default=None, metavar="PROVIDER:MODEL",
                         help="with --agent: drive the agents with this chat model (e.g. openai:gpt-4o-mini; needs its "
                         "package and key) instead of the scripted one; scripted hallucinations are then n/a")
-    parser.add_argument("--faults", nargs="+", choices=[*FAULTS, *YARDSTICK_ONLY_FAULTS], default=None, metavar="FAULT",
-                        action=Distinct, help=f"faults to inject, each once (default: all: {' '.join(FAULTS)})")
+    parser.add_argument("--faults", nargs="+", choices=[*FAULTS, *YARDSTICK_ONLY_FAULTS, *CONCURRENCY_FAMILY],
+                        default=None, metavar="FAULT", action=Distinct,
+                        help=f"faults to inject, each once (default: all: {' '.join(FAULTS)}; "
+                        f"two conversations at once, by name: {' '.join(CONCURRENCY_FAMILY)})")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--concurrency", type=positive_int, default=DEFAULT_CONCURRENCY,
                         help=f"episodes in flight at once (default {DEFAULT_CONCURRENCY})")
