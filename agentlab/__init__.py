@@ -37,8 +37,12 @@ _EXPORTS = {
         "CHARGE_TOPIC", "DrainStats", "NOTIFY_TOPIC", "OutboxWorker", "REFUND_TOPIC", "enqueue", "outbox_counts",
         "send_payment",
     ),
+    "core.run_lock": (
+        "LeaseLost", "ThreadBusy", "ThreadLease", "acquire_lease", "invoke_with_lease", "release_lease",
+        "thread_lease",
+    ),
     "core.safeguards": (
-        "PRESETS", "PRESET_NOTES", "Policy", "Safeguards", "preset",
+        "ISOLATION_LEVELS", "PRESETS", "PRESET_NOTES", "Policy", "Safeguards", "preset",
     ),
     "core.tools_node": (
         "BatchResult", "CallResult", "Outcome", "TransactionalToolsNode", "idempotency_key",
@@ -122,8 +126,11 @@ _EXPORTS = {
     "lab.experiments": (
         "ExperimentResult", "run_experiment", "safeguard_effects", "summarize",
     ),
+    "lab.concurrency": (
+        "Rendezvous", "check_concurrency",
+    ),
     "lab.faults": (
-        "FAMILIES", "FAULTS", "Fault", "fault_table", "get_fault",
+        "CONCURRENCY_FAMILY", "CONCURRENCY_FAULTS", "FAMILIES", "FAULTS", "Fault", "fault_table", "get_fault",
     ),
     "lab.invariants": (
         "KINDS", "check_episode", "check_messages", "count_by_kind",

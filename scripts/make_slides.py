@@ -72,6 +72,8 @@ SLIDES = [
           "A payout tool under `naive` with a killed backend: {n} violations in 2 episodes; `full` 0."),
     Slide("17", r"^\d+\s+naive\s+crash_mid_node\s+(\d+)/6",
           "tau2-bench retail with a crash mid-node: {n} of 6 tasks match tau2's end state under `naive`, 6 under `full`."),
+    Slide("18", r"^\s*0\s+(\d+)\s+1500\s*$",
+          "Two redemptions read one balance at READ COMMITTED: {n} cents left where 1,500 are due; a row lock 1,500."),
     Slide("19", r"^refund_story\s+(\d+)\s+\d+\s+0\s*$",
           "The refund story against LangGraph's prebuilt `ToolNode` agent: {n} violations; the kit under `full` 0."),
 ]

@@ -59,7 +59,7 @@ def test_the_core_template_holds_no_billing_table_and_billing_brings_its_own():
                                 (AGENT_ROLE,)).fetchone()[0]
             policies = {r[0] for r in conn.execute("SELECT policyname FROM pg_policies").fetchall()}
         assert {"customers_tenant", "invoices_tenant", "credit_memos_tenant", "refunds_tenant",
-                "tool_executions_tenant", "thread_tenants_tenant"} == policies
+                "tool_executions_tenant", "thread_tenants_tenant", "credit_redemptions_tenant"} == policies
     finally:
         db.drop_database(url)
 

@@ -12,6 +12,7 @@ from solutions import ex02_constraints, ex03_validation, ex04_errors, ex05_trans
 from solutions import (
     ex08_outbox, ex09_failure_lab, ex10_safeguards, ex11_sagas, ex12_approval, ex13_history, ex14_observability,
     ex15_tenancy,
+    ex18_two_conversations,
 )
 
 
@@ -296,3 +297,20 @@ async def test_ex16_1_the_learners_invariant_is_checked_on_a_clean_and_a_broken_
     assert not await check_invariant(stub, DOMAIN, fault="backend_killed", preset="ledger")
     out = capsys.readouterr().out
     assert "passed: a clean episode" in out and "FAILED: backend_killed under ledger is reported (0 line(s))" in out
+
+
+async def test_ex18_1_only_read_committed_with_row_locks_and_serializable_hold_every_anomaly(harness):
+    from agentlab.lab.anomalies import isolation_matrix
+
+    matrix = await isolation_matrix(harness)
+    assert ex18_two_conversations.settings_that_hold(matrix) == [
+        "serializable", "read committed + row locks", "serializable + row locks"]
+
+
+async def test_ex18_2_a_lost_update_keeps_both_redemptions_and_one_balance(harness):
+    from agentlab import preset
+
+    lost = await ex18_two_conversations.redeem_twice(harness, preset("full").replace(row_locks=False))
+    held = await ex18_two_conversations.redeem_twice(harness, preset("full"))
+    assert lost["redemptions"] == held["redemptions"] == 2 and lost["redeemed_cents"] == 3500
+    assert lost["credit_cents"] == 3500 and held["credit_cents"] == 1500  # A wrote 3000 first, B its own 3500

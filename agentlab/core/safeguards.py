@@ -3,6 +3,15 @@
 A :class:`Safeguards` value holds the switches; :data:`PRESETS` is the ladder from ``naive`` to
 ``full``, each rung adding one safeguard (DESIGN.md "Safeguards as data"). Build your own with
 ``preset("full").replace(ledger=False)``.
+
+Against two conversations acting at once (:mod:`agentlab.core.run_lock`, the concurrency faults of
+:mod:`agentlab.lab.concurrency`): ``row_locks`` (check-then-act tools lock the row they check),
+``isolation_level`` (the batch's: read committed, repeatable read or serializable; a serialization
+failure or deadlock, SQLSTATE 40001 / 40P01, is an infrastructure error the graph's RetryPolicy retries,
+at most ``RETRY_ATTEMPTS`` times), ``run_lock`` (one run per thread at a time) and the natural keys of
+``constraints``. ``full`` holds them all and stays at read committed: the row locks already make each
+check-then-act tool's read and write one step; ``repeatable read`` and ``serializable`` are the
+alternative the table compares (they refuse the late writer with 40001 instead of making it wait).
 """
 
 from __future__ import annotations
@@ -12,6 +21,10 @@ from dataclasses import dataclass
 from enum import Enum
 
 from agentlab.core.schema import LAX_SCHEMA, STRICT_SCHEMA
+
+
+READ_COMMITTED, REPEATABLE_READ, SERIALIZABLE = "read committed", "repeatable read", "serializable"
+ISOLATION_LEVELS = (READ_COMMITTED, REPEATABLE_READ, SERIALIZABLE)
 
 
 class Policy(str, Enum):
@@ -41,9 +54,14 @@ class Safeguards:
     lock: bool = True  # pg_advisory_xact_lock per thread
     timeouts: bool = True  # SET LOCAL statement_timeout / lock_timeout
     isolation: bool = True  # tool SQL runs as the least-privilege agent role, rows limited to the thread's tenant
+    row_locks: bool = True  # check-then-act tools lock the row they check (SELECT ... FOR UPDATE)
+    run_lock: bool = True  # one writer per thread for a whole run: a lease row (agentlab.core.run_lock), renewed
+    # inside each batch's transaction (with transaction=False it is only taken and released around the run)
+    isolation_level: str = READ_COMMITTED  # the batch transaction's isolation level (BEGIN ISOLATION LEVEL ...)
     max_rollbacks: int = 3  # consecutive rolled-back batches before escalation to a human
     statement_timeout_ms: int = 2000
     lock_timeout_ms: int = 300
+    run_lock_wait_ms: int = 0  # how long a second run on a busy thread waits before it is refused
     name: str = "custom"
 
     def __post_init__(self) -> None:
@@ -55,6 +73,12 @@ class Safeguards:
                 "copy) and transaction=True (the role and the tenant are set locally in the batch transaction); "
                 "or pass isolation=False"
             )
+        if self.isolation_level not in ISOLATION_LEVELS:
+            raise ValueError(f"isolation_level must be one of: {', '.join(ISOLATION_LEVELS)}")
+        if self.isolation_level != READ_COMMITTED and not self.transaction:
+            raise ValueError("an isolation level other than read committed needs a transaction (transaction=True)")
+        if self.run_lock_wait_ms < 0:
+            raise ValueError("run_lock_wait_ms must be at least 0")
         if self.max_rollbacks < 1:
             raise ValueError("max_rollbacks must be at least 1")
         object.__setattr__(self, "policy", Policy(self.policy))
@@ -77,7 +101,8 @@ class Safeguards:
 
 _NAIVE = Safeguards(
     constraints=False, validation=False, transaction=False, savepoints=False, policy=Policy.PARTIAL,
-    ledger=False, outbox=False, sanitize=False, lock=False, timeouts=False, isolation=False, name="naive",
+    ledger=False, outbox=False, sanitize=False, lock=False, timeouts=False, isolation=False, row_locks=False,
+    run_lock=False, name="naive",
 )
 
 PRESETS: dict[str, Safeguards] = {

@@ -377,6 +377,18 @@ MIGRATIONS: tuple[Migration, ...] = (
         """
         ALTER TABLE approval_requests ADD COLUMN shown_at integer;
         """,
+    ),
+    Migration(
+        "one writer per thread for a whole run: a lease row per thread with its owner token (case C18)",
+        """
+        CREATE SCHEMA runs;  -- the kit's own bookkeeping of runs; the agent role has no access to it
+        CREATE TABLE runs.thread_leases (
+            thread_id   text PRIMARY KEY,
+            owner_token text NOT NULL,
+            acquired_at timestamptz NOT NULL DEFAULT now(),
+            expires_at  timestamptz NOT NULL
+        );
+        """,
     ),)
 
 

@@ -62,7 +62,8 @@ from agentlab.core.messages import (
 )
 from agentlab.core.events import EventLog
 from agentlab.core.hooks import Hook, run_hooks
-from agentlab.core.safeguards import Policy, Safeguards
+from agentlab.core.safeguards import READ_COMMITTED, REPEATABLE_READ, SERIALIZABLE, Policy, Safeguards
+from agentlab.core.run_lock import DEFAULT_TTL_MS, RENEW_LEASE, RUN_TOKEN_KEY, LeaseLost
 from agentlab.core.schema import STRICT_SCHEMA
 from agentlab.core.isolation import TenantMismatch, isolation_prelude, require_tenant
 from agentlab.core.toolspec import ToolContext, ToolSpec, Toolset, result_content
@@ -88,6 +89,9 @@ SELECT tenant_id FROM bound UNION ALL SELECT tenant_id FROM thread_tenants WHERE
 """
 THREAD_TENANT = "SELECT tenant_id FROM thread_tenants WHERE thread_id = %s"
 BEGIN, COMMIT, ROLLBACK = "BEGIN", "COMMIT", "ROLLBACK"
+# the batch's BEGIN per isolation level (Safeguards.isolation_level); read committed is the server's default
+BEGIN_AT = {READ_COMMITTED: BEGIN, REPEATABLE_READ: "BEGIN ISOLATION LEVEL REPEATABLE READ",
+            SERIALIZABLE: "BEGIN ISOLATION LEVEL SERIALIZABLE"}
 SET_SEARCH_PATH = "SELECT set_config('search_path', %s, false)"
 RESET_SEARCH_PATH = "RESET search_path"
 
@@ -216,6 +220,7 @@ class TransactionalToolsNode:
         self.provider = provider
         self.events = events or EventLog(None)
         self.max_attempts = max_attempts
+        self.lease_ttl_ms = DEFAULT_TTL_MS  # how long each batch renews its run's thread lease for
         self.hooks = NodeHooks()
 
     # ------------------------------------------------------------------ preparation
@@ -290,7 +295,7 @@ class TransactionalToolsNode:
     async def run_batch(self, tool_calls: Sequence[Mapping[str, Any]], *, thread_id: str,
                         tenant_id: str | None = None, attempt: int = 1, final_attempt: bool = False,
                         invalid_tool_calls: Sequence[Mapping[str, Any]] = (),
-                        occurrence: Mapping[str, int] | None = None) -> BatchResult:
+                        occurrence: Mapping[str, int] | None = None, run_token: str | None = None) -> BatchResult:
         """Run one batch and return one result per distinct tool call id, in call order.
 
         Args:
@@ -301,6 +306,8 @@ class TransactionalToolsNode:
                 is answered ``FAILED [invalid_arguments]`` and counts as a failed call of the batch.
             occurrence: per call id, how many earlier AIMessages of the thread hold it (see
                 :func:`idempotency_key`); 0 when missing.
+            run_token: the owner token of the run's thread lease (:mod:`agentlab.core.run_lock`); the
+                batch renews the lease as its first statement and is refused when the run lost it.
 
         A call without an id (None or ``""``) is refused with ``FAILED [invalid_arguments]`` naming the
         missing id; :meth:`as_node` never sends one, it gives such calls a stable synthetic id first.
@@ -309,6 +316,7 @@ class TransactionalToolsNode:
             Exception: an infrastructure error (see :func:`agentlab.core.errors.is_infrastructure`) unless
                 ``final_attempt``; the batch is then rolled back and the graph retries the node.
             agentlab.lab.tenancy.TenantRequired: isolation is on and ``tenant_id`` is missing (before any SQL).
+            agentlab.core.run_lock.LeaseLost: ``run_token`` no longer holds the thread (rolled back, no tool SQL).
         """
         sg = self.safeguards
         if sg.isolation:
@@ -322,7 +330,8 @@ class TransactionalToolsNode:
         if runnable:
             try:
                 if sg.transaction:
-                    rolled_back = await self._run_transaction(runnable, results, ran_ok, thread_id, tenant_id, attempt)
+                    rolled_back = await self._run_transaction(runnable, results, ran_ok, thread_id, tenant_id, attempt,
+                                                              run_token)
                 else:
                     await self._run_autocommit(runnable, results, ran_ok, thread_id, tenant_id, attempt)
                 if ran_ok and not rolled_back:
@@ -355,22 +364,30 @@ class TransactionalToolsNode:
         await self.events.maybe_flush()
         return BatchResult(ordered, rolled_back, attempt)
 
-    async def _open(self, conn, runnable: list[_Call], thread_id: str, tenant_id: str | None) -> dict[str, tuple]:
+    async def _open(self, conn, runnable: list[_Call], thread_id: str, tenant_id: str | None,
+                    run_token: str | None = None) -> dict[str, tuple]:
         """BEGIN, the prelude (settings, role, tenant, advisory lock) and the ledger look-up for the whole
         batch, pipelined: three statements, one round trip (four with a tenant: the thread's binding to
         its tenant, :data:`BIND_THREAD_TENANT`). Returns ``{key: (args, result)}`` of stored calls.
 
+        With a ``run_token`` the thread's lease is renewed right after BEGIN, in the same round trip
+        (:data:`agentlab.core.run_lock.RENEW_LEASE`): the lease row stays locked until COMMIT. BEGIN carries
+        the isolation level of the safeguards (:data:`BEGIN_AT`).
+
         Raises:
             TenantMismatch: the thread belongs to another tenant (the caller rolls back).
+            LeaseLost: the run no longer holds the thread's lease (the caller rolls back).
 
         They stay three statements: in READ COMMITTED each takes its own snapshot when it starts, so the
         look-up sees every batch that committed while this one waited for the thread's lock (in the same
         statement as the lock it would not)."""
         sg = self.safeguards
         prelude = self._prelude(thread_id, tenant_id)
-        cur = bind = None
+        cur = bind = lease = None
         async with conn.pipeline():
-            await conn.execute(BEGIN)
+            await conn.execute(BEGIN_AT[sg.isolation_level])
+            if run_token is not None:
+                lease = await conn.execute(RENEW_LEASE, (self.lease_ttl_ms, thread_id, run_token))
             if prelude is not None:
                 await conn.execute(*prelude)
             if tenant_id is not None:
@@ -378,21 +395,28 @@ class TransactionalToolsNode:
             if sg.ledger:
                 cur = await conn.execute(LEDGER_LOOKUP_WITH_ARGS,
                                          ([self._key(thread_id, tenant_id, c) for c in runnable],))
-        if bind is not None and tenant_id not in {t for t, in await bind.fetchall()}:
+        if lease is not None and await lease.fetchone() is None:
+            raise LeaseLost("this run no longer holds its thread (another run took it over after this run's lease "
+                            "expired); nothing of this batch was applied")
+        bound = await bind.fetchall() if bind is not None else None
+        if bound == []:  # a twin batch bound the thread and committed after this statement's snapshot was taken
+            bound = await (await conn.execute(THREAD_TENANT, (thread_id,))).fetchall()
+        if bound is not None and tenant_id not in {t for t, in bound}:
             raise TenantMismatch("this thread belongs to another tenant; use the thread's own tenant or a new thread")
         return {k: (a, r) for k, a, r in await cur.fetchall()} if cur is not None else {}
 
     async def _run_transaction(self, runnable: list[_Call], results: dict[int, CallResult], ran_ok: set[int],
-                               thread_id: str, tenant_id: str | None, attempt: int) -> bool:
+                               thread_id: str, tenant_id: str | None, attempt: int, run_token: str | None = None) -> bool:
         """Run ``runnable`` in one transaction; True when the batch was rolled back. The safe path is
         :meth:`_run_with_savepoints`; without savepoints, the first draft :meth:`_run_without_savepoints`."""
         run = self._run_with_savepoints if self.safeguards.savepoints else self._run_without_savepoints
-        return await run(runnable, results, ran_ok, thread_id, tenant_id, attempt)
+        return await run(runnable, results, ran_ok, thread_id, tenant_id, attempt, run_token)
 
     # ------------------------------------------------------------------ the safe path
 
     async def _run_with_savepoints(self, runnable: list[_Call], results: dict[int, CallResult], ran_ok: set[int],
-                                   thread_id: str, tenant_id: str | None, attempt: int) -> bool:
+                                   thread_id: str, tenant_id: str | None, attempt: int,
+                                   run_token: str | None = None) -> bool:
         """One transaction (opened by :meth:`_open`), a savepoint per call (psycopg's nested
         ``conn.transaction()``), every applied call reported only after COMMIT returned (case C12).
 
@@ -403,7 +427,7 @@ class TransactionalToolsNode:
         pending: dict[int, CallResult] = {}
         async with self.pool.connection() as conn:
             try:
-                stored = await self._open(conn, runnable, thread_id, tenant_id)
+                stored = await self._open(conn, runnable, thread_id, tenant_id, run_token)
                 for c in runnable:
                     result = self._from_ledger(c, stored.get(self._key(thread_id, tenant_id, c)))
                     if result is None:
@@ -436,7 +460,8 @@ class TransactionalToolsNode:
     # ------------------------------------------------------------------ the first draft: no savepoints
 
     async def _run_without_savepoints(self, runnable: list[_Call], results: dict[int, CallResult],
-                                      ran_ok: set[int], thread_id: str, tenant_id: str | None, attempt: int) -> bool:
+                                      ran_ok: set[int], thread_id: str, tenant_id: str | None, attempt: int,
+                                      run_token: str | None = None) -> bool:
         """One transaction and no savepoints, as a first draft writes it: each call is reported as it
         goes, a failure the database saw aborts the transaction, the later calls meet SQLSTATE 25P02 and
         COMMIT is turned into ROLLBACK by the server, so calls reported applied are not stored (case C09)."""
@@ -444,7 +469,7 @@ class TransactionalToolsNode:
         stop = aborted = False
         async with self.pool.connection() as conn:
             try:
-                stored = await self._open(conn, runnable, thread_id, tenant_id)
+                stored = await self._open(conn, runnable, thread_id, tenant_id, run_token)
                 for c in runnable:
                     replayed = self._from_ledger(c, stored.get(self._key(thread_id, tenant_id, c)))
                     if replayed is not None:
@@ -659,6 +684,7 @@ class TransactionalToolsNode:
                 tool_calls, thread_id=thread_id, tenant_id=await self.thread_tenant(thread_id, conf.get("tenant_id")),
                 attempt=attempt, final_attempt=attempt >= self.max_attempts, invalid_tool_calls=invalid,
                 occurrence=occurrences(messages, at) if at is not None else None,
+                run_token=conf.get(RUN_TOKEN_KEY) if self.safeguards.run_lock else None,
             )
             return {
                 "messages": ([fixed] if fixed is not None else []) + batch.messages,

@@ -41,6 +41,11 @@ injected network failure.
 crash after the business commit leaves no checkpoint, the prompt is sent again with new tool call ids,
 and a call without a natural key applies twice under every preset.
 
+The concurrency family (:data:`CONCURRENCY_FAULTS`: ``same_thread_runs``, ``double_submit``,
+``lost_update``, ``check_then_act``, ``write_skew``) runs two conversations at once on one customer,
+their interleaving forced by a rendezvous between real transactions (:mod:`agentlab.lab.concurrency`).
+It is selected by name and is not part of :data:`FAULTS`, the default rows of the chaos table.
+
 ``get_fault(name)``,         :data:`FAULTS`; :meth:`agentlab.lab.runner.Lab.run` injects one into an episode.
 """
 
@@ -48,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,7 +62,9 @@ from typing import Any
 from psycopg import sql
 from psycopg_pool import PoolClosed
 
-from agentlab.domains.billing.scenarios import C, PlannedCall, Scenario, get_scenario
+from agentlab.domains.billing.limits import WRITE_CREDIT
+from agentlab.domains.billing.scenarios import C, Intended, PlannedCall, Scenario, get_scenario
+from agentlab.domains.billing.tools import CREATE_REFUND
 
 
 EpisodeRunLike = Any  # an agentlab.lab.runner.EpisodeRun: the episode a fault acts on
@@ -583,6 +591,80 @@ OPT_IN_FAULTS: dict[str, Fault] = {f.name: f for f in (
 """Faults run only when named (``--faults crash_under_exit``, ``Lab.run("crash_under_exit")``), never by
 default: no preset holds them, so they stay out of the table every preset is meant to keep clean."""
 
+# --------------------------------------------------------------------------- two conversations at once
+
+RENDEZVOUS_S = 1.0  # a conversation waits at most this long for the other at its act (agentlab.lab.concurrency)
+
+
+@dataclass(frozen=True)
+class Concurrent(Fault):
+    """Two conversations at once on one customer; :mod:`agentlab.lab.concurrency` runs and checks them.
+
+    Attributes:
+        first, second: the planned calls of conversations A and B (None: the scenario's), ``C(i)`` naming
+            the customers of the scenario (both conversations act on the same rows).
+        same_thread: both conversations run on one thread.
+        intended: the end state both conversations together mean to reach (None: the scenario's own).
+        acts: the statements the conversations meet at.
+    """
+
+    first: tuple[tuple[PlannedCall, ...], ...] | None = None
+    second: tuple[tuple[PlannedCall, ...], ...] | None = None
+    same_thread: bool = False
+    intended: Intended | None = None
+    acts: tuple[str, ...] = ()
+    conversations = 2
+
+    def scenarios_for(self, scenario: Scenario) -> tuple[Scenario, Scenario]:
+        """Conversation A's and B's scenarios (their steps replaced by :attr:`first`, :attr:`second`). Pure."""
+        a = scenario if self.first is None else dataclasses.replace(scenario, steps=self.first)
+        b = scenario if self.second is None else dataclasses.replace(scenario, steps=self.second)
+        return a, b
+
+    def end_state(self, scenario: Scenario) -> Scenario:
+        """``scenario`` with the end state both conversations together should reach."""
+        return scenario if self.intended is None else dataclasses.replace(scenario, intended=self.intended)
+
+
+def _redeem(amount: int) -> tuple[tuple[PlannedCall, ...], ...]:
+    return ((PlannedCall("RedeemCredit", {"customer_id": C(0), "amount_cents": amount}),),)
+
+
+def _capped(reference: str, amount: int) -> tuple[tuple[PlannedCall, ...], ...]:
+    return ((PlannedCall("RefundWithinCap", {"customer_id": C(0), "reference": reference, "amount_cents": amount}),),)
+
+
+_NO_RECORDS = {"invoices": (0,), "credit_memos": (0,), "provider_charges": (0,)}
+
+CONCURRENCY_FAULTS: dict[str, Concurrent] = {f.name: f for f in (
+    Concurrent("same_thread_runs", "concurrency", "one request submitted twice at once on one thread (C18)",
+               "run_lock (one writer per thread for a whole run)", ("redeem",), same_thread=True,
+               first=_redeem(2000), second=_redeem(2000),
+               intended=Intended(final_credit_cents=(3000,), refunds=(0,), provider_refunds=(0,), **_NO_RECORDS),
+               acts=(WRITE_CREDIT,)),
+    Concurrent("double_submit", "concurrency", "one refund request submitted twice at once, on two threads",
+               "constraints (the natural key: customer and reference)", ("capped_refund",),
+               first=_capped("RMA-2001", 2000), second=_capped("RMA-2001", 2000),
+               intended=Intended(final_credit_cents=(0,), refunds=(1,), provider_refunds=(1,), **_NO_RECORDS),
+               acts=(CREATE_REFUND,)),
+    Concurrent("lost_update", "concurrency", "two redemptions read the same balance and write their own result",
+               "row_locks or repeatable read", ("redeem",), first=_redeem(2000), second=_redeem(1500),
+               intended=Intended(final_credit_cents=(1500,), refunds=(0,), provider_refunds=(0,), **_NO_RECORDS),
+               acts=(WRITE_CREDIT,)),
+    Concurrent("check_then_act", "concurrency", "two redemptions each pass the balance check, together they exceed it",
+               "row_locks or repeatable read", ("redeem",), first=_redeem(3000), second=_redeem(3000),
+               intended=Intended(final_credit_cents=(2000,), refunds=(0,), provider_refunds=(0,), **_NO_RECORDS),
+               acts=(WRITE_CREDIT,)),
+    Concurrent("write_skew", "concurrency", "two refunds each pass the daily cap check, together they exceed it",
+               "row_locks or serializable", ("capped_refund",), first=_capped("RMA-2001", 3000),
+               second=_capped("RMA-2002", 3000),
+               intended=Intended(final_credit_cents=(0,), refunds=(1,), provider_refunds=(1,), **_NO_RECORDS),
+               acts=(CREATE_REFUND,)),
+)}
+CONCURRENCY_FAMILY = tuple(CONCURRENCY_FAULTS)
+"""Faults of real concurrency (:mod:`agentlab.lab.concurrency`): two conversations at once on one customer.
+Selectable by name (``chaos --faults ...``); not in :data:`FAULTS`, the default table's rows."""
+
 
 GENERIC_FAULTS = ("none", "backend_killed", "crash_before_checkpoint", "crash_mid_node")
 """Faults that need nothing of a domain but its tools node: they fit every domain and scenario."""
@@ -615,11 +697,13 @@ def injected_by_script(fault: Fault) -> bool:
 
 
 def get_fault(name: str) -> Fault:
-    """The named fault. Raises ValueError naming the known faults."""
+    """The named fault (of :data:`FAULTS` or :data:`CONCURRENCY_FAMILY`). Raises ValueError naming the known faults."""
+    if name in CONCURRENCY_FAULTS:
+        return CONCURRENCY_FAULTS[name]
     try:
         return FAULTS[name] if name in FAULTS else OPT_IN_FAULTS[name]
     except KeyError:
-        raise ValueError(f"unknown fault {name!r}; choose one of: {', '.join([*FAULTS, *OPT_IN_FAULTS])}") from None
+        raise ValueError(f"unknown fault {name!r}; choose one of: {', '.join((*FAULTS, *OPT_IN_FAULTS, *CONCURRENCY_FAMILY))}") from None
 
 
 def fault_table() -> list[dict[str, str]]:

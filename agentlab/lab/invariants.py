@@ -88,7 +88,7 @@ SELECT (SELECT coalesce(json_agg(json_build_array(c.id, c.tenant_id, c.credit_ce
 """
 
 _CREATES = {"CreateInvoice": ("invoice", "billing_period"), "CreateCreditMemo": ("credit_memo", "reference"),
-            "QueueRefund": ("refund", "reference")}
+            "QueueRefund": ("refund", "reference"), "RefundWithinCap": ("refund", "reference")}
 
 
 @dataclass(frozen=True)

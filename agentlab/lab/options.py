@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from agentlab.core.safeguards import PRESETS
-from agentlab.lab.faults import FAULTS, OPT_IN_FAULTS
+from agentlab.lab.faults import CONCURRENCY_FAMILY, FAULTS, OPT_IN_FAULTS
 
 DEFAULT_CONCURRENCY = 32
 YARDSTICK_ONLY_FAULTS = ("refund_story",)  # faults of agentlab.lab.yardstick that the catalog does not hold
@@ -79,10 +79,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--model", default=None, metavar="PROVIDER:MODEL",
                         help="a real chat model instead of the scripted one, e.g. openai:gpt-4o-mini, or "
                         "openai:qwen2.5:7b with --base-url (needs its package; scripted hallucinations are then n/a)")
-    parser.add_argument("--faults", nargs="+", choices=[*FAULTS, *YARDSTICK_ONLY_FAULTS, *OPT_IN_FAULTS], default=None,
-                        metavar="FAULT", action=Distinct,
+    parser.add_argument("--faults", nargs="+", choices=[*FAULTS, *YARDSTICK_ONLY_FAULTS, *OPT_IN_FAULTS, *CONCURRENCY_FAMILY],
+                        default=None, metavar="FAULT", action=Distinct,
                         help=f"faults to inject, each once (default: all: {' '.join(FAULTS)}; only when named: "
-                        f"{' '.join(OPT_IN_FAULTS)})")
+                        f"{' '.join(OPT_IN_FAULTS)}; two conversations at once, by name: {' '.join(CONCURRENCY_FAMILY)})")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--concurrency", type=positive_int, default=DEFAULT_CONCURRENCY,
                         help=f"episodes in flight at once (default {DEFAULT_CONCURRENCY})")

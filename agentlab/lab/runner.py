@@ -335,6 +335,10 @@ class Lab:
             check: run the invariant checker (else ``violations`` is empty).
             model: ``model(script, seed)`` builds the episode's chat model from the resolved script (default
                 :class:`agentlab.sim.model.ScriptedChatModel`); called again for the resumed process.
+
+        A fault of two conversations (``fault.conversations == 2``, :mod:`agentlab.lab.concurrency`) runs both
+        at once (:func:`agentlab.lab.concurrency.run_concurrent`), each run holding its thread's lease under
+        ``safeguards.run_lock``; a one-conversation episode has no second run to refuse and takes none.
         """
         from agentlab.lab.faults import fault_scenarios, get_fault
 
@@ -347,6 +351,12 @@ class Lab:
         domain = self.harness.domain
         if scenario is None:
             scenario = rng.choice(fault_scenarios(fault, domain))
+        if getattr(fault, "conversations", 1) > 1:  # two conversations at once (agentlab.lab.concurrency)
+            from agentlab.lab.concurrency import run_concurrent
+
+            ep, end_state, notes, violations = await run_concurrent(self, fault, sg, scenario=scenario, seed=seed,
+                                                                     rng=rng, check=check, model=model)
+            return FaultRun(fault.name, sg.name, end_state, sg, ep, False, False, notes, violations, "exit")
         base = self.harness.scenario(scenario)
         sc = fault.prepare(base.clean(), rng)
         durability = durability or fault.forced_durability or ("sync" if fault.resumes_graph(sg) else "exit")

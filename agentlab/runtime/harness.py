@@ -36,6 +36,7 @@ from agentlab.runtime.domains import resolve_domain
 from agentlab.core.errors import AgentlabError, is_infrastructure
 from agentlab.core.events import EventLog
 from agentlab.core.graph import build_graph, run_config
+from agentlab.core.run_lock import ThreadBusy, invoke_with_lease
 from agentlab.core.messages import unanswered_tool_calls
 from agentlab.runtime.models import describe_model_error, prompt_for_model
 from agentlab.sim.model import ScriptedChatModel
@@ -349,10 +350,14 @@ class Harness:
         Errors that escape the graph (for example an infrastructure error past the retries) are
         recorded in :attr:`Episode.error`, not raised: an experiment goes on.
 
+        Under ``safeguards.run_lock`` the run holds the thread's lease from its start to its end
+        (:mod:`agentlab.core.run_lock`): a second run on the same thread meanwhile is refused.
+
         Raises:
             HarnessClosed: the harness was closed.
             agentlab.runtime.db.DatabaseUnavailable: the database stopped answering (see
                 :meth:`ensure_reachable`).
+            agentlab.core.run_lock.ThreadBusy: ``thread_id`` has a run in progress (``run_lock``); nothing ran.
         """
         self.check_open()
         scenario = self.scenario(scenario)
@@ -365,8 +370,15 @@ class Harness:
         graph = graph or self.graph(safeguards, model)
         ep = Episode(scenario.name, safeguards.name, thread_id, seed, ids, safeguards.schema, scenario.tenant_id)
         config = run_config(thread_id, tenant_id=scenario.tenant_id)
+        inputs = {"messages": [HumanMessage(prompt)]}
         try:
-            state = await graph.ainvoke({"messages": [HumanMessage(prompt)]}, config, durability=durability)
+            if safeguards.run_lock:  # one writer per thread for the whole run (case C18): refused when busy
+                state = await invoke_with_lease(graph, self.pool, inputs, config, wait_ms=safeguards.run_lock_wait_ms,
+                                                durability=durability)
+            else:
+                state = await graph.ainvoke(inputs, config, durability=durability)
+        except ThreadBusy:
+            raise
         except Exception as exc:
             if is_infrastructure(exc):
                 await self.ensure_reachable(exc)

@@ -9,6 +9,7 @@ customers of ``data/customers.csv``. :data:`DOMAIN` is what the Harness, the fai
 from agentlab.core.domain import Domain
 from agentlab.domains.billing.scenarios import SCENARIOS, create_customers
 from agentlab.domains.billing.schema import MIGRATIONS, SEED_CUSTOMERS_CSV, seed
+from agentlab.domains.billing.limits import LIMIT_SCENARIOS, with_limit_tools
 from agentlab.domains.billing.tools import TOOLS
 
 
@@ -17,8 +18,11 @@ async def create_rows(conn, scenario, schema: str) -> list[int]:
     return await create_customers(conn, scenario.customers, schema)
 
 
+# The domain's tools are the seven of TOOLS and the two check-then-act tools of limits (RedeemCredit,
+# RefundWithinCap) that the concurrency faults race; its scenarios add their two stories (redeem,
+# capped_refund). ``agentlab.TOOLS`` and ``SCENARIOS`` stay the refund story's seven tools and five stories.
 DOMAIN = Domain(
-    name="billing", toolset=TOOLS, scenarios=SCENARIOS, create_rows=create_rows,
-    migrations=MIGRATIONS, seed=seed, seed_files=(SEED_CUSTOMERS_CSV,),
+    name="billing", toolset=with_limit_tools(TOOLS), scenarios={**SCENARIOS, **LIMIT_SCENARIOS},
+    create_rows=create_rows, migrations=MIGRATIONS, seed=seed, seed_files=(SEED_CUSTOMERS_CSV,),
     description="store credit, invoices, credit memos and refunds paid through the outbox",
 )

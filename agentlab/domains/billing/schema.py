@@ -154,6 +154,29 @@ MIGRATIONS: tuple[Migration, ...] = (
                 SELECT 1 FROM public.invoices i
                 WHERE i.id = credit_memos.invoice_id AND i.customer_id = credit_memos.customer_id)));
         """,
+    ),
+    Migration(
+        "credit redemptions of the check-then-act tools (limits): one row per applied deduction",
+        f"""
+        -- one table for the strict and the lax presets (no foreign key), so a lost update shows in either
+        CREATE SCHEMA limits;
+        GRANT USAGE ON SCHEMA limits TO {AGENT_ROLE};
+        CREATE SEQUENCE limits.credit_redemptions_id_seq;
+        CREATE TABLE limits.credit_redemptions (
+            id                  bigint PRIMARY KEY DEFAULT nextval('limits.credit_redemptions_id_seq'),
+            tenant_id           text NOT NULL,
+            customer_id         bigint NOT NULL,
+            amount_cents        bigint NOT NULL CONSTRAINT credit_redemptions_amount_positive CHECK (amount_cents > 0),
+            balance_after_cents bigint NOT NULL,
+            created_at          timestamptz NOT NULL DEFAULT now()
+        );
+        CREATE INDEX credit_redemptions_customer ON limits.credit_redemptions (customer_id);
+        GRANT SELECT, INSERT ON limits.credit_redemptions TO {AGENT_ROLE};
+        GRANT USAGE ON SEQUENCE limits.credit_redemptions_id_seq TO {AGENT_ROLE};
+        ALTER TABLE limits.credit_redemptions ENABLE ROW LEVEL SECURITY;
+        CREATE POLICY credit_redemptions_tenant ON limits.credit_redemptions TO {AGENT_ROLE}
+            USING ({TENANT_PREDICATE}) WITH CHECK ({TENANT_PREDICATE});
+        """,
     ),)
 
 INSERT_SEED_CUSTOMER = (

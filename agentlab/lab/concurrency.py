@@ -1,0 +1,352 @@
+"""Two conversations, one row: the failure lab's faults of real concurrency, their invariants, their runner.
+
+Every other fault acts on one conversation. These run **two** at once on the same customer, each a
+real graph run with its own scripted model (seeds ``seed`` and ``seed + 1``, so fresh tool call ids),
+its own tools node and its own connections, and force the interleaving that breaks a first draft:
+
+========================  ================================================================================
+fault                     the two conversations
+========================  ================================================================================
+``same_thread_runs``      one request (``RedeemCredit`` 2,000 of 5,000) submitted twice at once on *one*
+                          thread (case C18, langgraph#8796; its test plays the refund story)
+``double_submit``         one refund (``RefundWithinCap`` 2,000, one reference) sent twice at once on two
+                          threads (a double click, two support agents)
+``lost_update``           two redemptions that both fit the credit (``RedeemCredit`` 2,000 and 1,500 of 5,000)
+``check_then_act``        two redemptions that each fit alone, not together (3,000 and 3,000 of 5,000)
+``write_skew``            two refunds under the daily cap that each fit alone (``RefundWithinCap`` 3,000 and
+                          3,000 under a 5,000 cap, two references)
+========================  ================================================================================
+
+**The interleaving is forced, not hoped for.** A :class:`Rendezvous` sits in front of each conversation's
+tools node connections: the first statement that matches the fault's *act* (the write after the read:
+the balance ``UPDATE``, the refund ``INSERT``) waits until the other conversation has reached its own
+act too, so both have read before either writes; then A's act goes first and B's waits until A's batch
+has ended (r1 r2 w1 c1 w2 c2). A conversation that
+cannot arrive because it is blocked by a lock *this* one holds (``pg_blocking_pids``: a row lock, the
+thread's advisory lock, a unique index entry) releases the wait at once, and so does one that has
+ended (refused by the thread lease, or done). The wait is bounded by :data:`RENDEZVOUS_S`; a party that
+passed once never waits again (a retried batch runs freely). Same seed, same interleaving, same table.
+
+Invariants (:data:`KINDS`, read from the database and the checkpoints, never from the code):
+
+==================  ===================================================================================
+``paid_twice``      one customer holds two refunds (or two payments at the provider) for one reference,
+                    or two credit memos for one reference
+``lost_update``     a balance differs from its opening value minus every redemption recorded against it
+``cap_exceeded``    the day's refunds of a customer exceed the daily cap, or more credit was redeemed than
+                    the customer had
+``forked_thread``   a thread's checkpoints do not form one chain: two roots, or a checkpoint with two children
+==================  ===================================================================================
+
+What holds them (:class:`agentlab.core.safeguards.Safeguards`): the per-run thread lease (``run_lock``)
+for ``same_thread_runs``; natural keys (``constraints``: UNIQUE customer + reference) for
+``double_submit`` (the refund story itself is no good double-submit case under ``full``: its
+``ApplyCredit`` is a bare deduction with no natural key, and a model that resends it after the twin's
+memo conflict deducts twice, see case C23); a row lock in the check-then-act tool (``row_locks``) or ``repeatable read``
+(the late writer fails with 40001 and the graph retries it) for ``lost_update`` and ``check_then_act``;
+the row lock or ``serializable`` for ``write_skew`` (repeatable read lets it through). ``full`` holds all.
+
+Sources: PostgreSQL docs "Transaction Isolation", "Explicit Locking", "Serializable Snapshot Isolation"
+(wiki SSI; Ports and Grittner, VLDB 2012), ``pg_blocking_pids``; Kingsbury, Jepsen analyses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import HumanMessage
+from psycopg import sql
+
+from agentlab.core.domain import Violation
+from agentlab.core.graph import RETRY_ATTEMPTS, build_graph, run_config
+from agentlab.core.outbox import OutboxWorker
+from agentlab.core.run_lock import ThreadBusy, invoke_with_lease
+from agentlab.core.scenario import Scenario
+from agentlab.domains.billing.limits import DAILY_REFUND_CAP_CENTS
+from agentlab.lab.faults import CONCURRENCY_FAULTS, RENDEZVOUS_S, Concurrent  # noqa: F401 (CONCURRENCY_FAULTS re-exported)
+
+KINDS: tuple[str, ...] = ("paid_twice", "lost_update", "cap_exceeded", "forked_thread")
+POLL_S = 0.005
+
+# --------------------------------------------------------------------------- the rendezvous
+
+BLOCKED_BY = "SELECT %s = ANY(pg_blocking_pids(%s))"
+
+
+class Rendezvous:
+    """A barrier between the conversations of one episode, at the first statement each sends that
+    ``acts`` matches. Bounded (``timeout_s``); see the module docstring for when a wait ends early.
+
+    Args:
+        pool: a pool for the controller's own queries ("another session").
+        parties: the conversation names.
+        acts: ``acts(query_text) -> bool``, the statements to meet at (:func:`meets_at`).
+    """
+
+    def __init__(self, pool, parties: tuple[str, ...], acts: Callable[[str], bool], *, timeout_s: float = RENDEZVOUS_S):
+        self.pool = pool
+        self.parties = parties
+        self.acts = acts
+        self.timeout_s = timeout_s
+        self.arrived: set[str] = set()
+        self.passed: set[str] = set()
+        self.gone: set[str] = set()
+        self.finished: set[str] = set()  # parties whose batch holding the act has ended
+        self.pids: dict[str, int] = {}
+        self.log: list[str] = []  # what happened, in order (for tests and notes)
+
+    def wrap(self, party: str, pool) -> "_GatedPool":
+        """``pool`` as the party's tools node sees it: its connections meet the others at the act."""
+        return _GatedPool(pool, self, party)
+
+    def leave(self, party: str) -> None:
+        """``party``'s conversation has ended: nobody waits for it any more."""
+        self.gone.add(party)
+
+    async def arrive(self, party: str) -> None:
+        """``party`` is at its act. Phase 1: wait until every other party has arrived (or is blocked by a lock
+        this party holds, or has ended). Phase 2: a party later in :attr:`parties` then waits until each earlier
+        one that arrived has finished the batch holding its act (its connection went back to the pool), is
+        blocked by this one, or has ended: the acts run as r1 r2 w1 c1 w2 c2, the same order on every run.
+        Each phase waits at most ``timeout_s``."""
+        if party in self.passed:
+            return
+        self.arrived.add(party)
+        self.log.append(f"{party} at its act")
+        others = [p for p in self.parties if p != party]
+        how = await self._until(party, lambda: [p for p in others if p not in self.arrived and p not in self.gone],
+                                "all arrived")
+        earlier = self.parties[:self.parties.index(party)]
+        if how != "timeout" and any(p in self.arrived for p in earlier):
+            how = await self._until(party, lambda: [p for p in earlier if p in self.arrived and p not in self.finished
+                                                    and p not in self.gone], "the other's act committed first")
+        self.passed.add(party)
+        self.log.append(f"{party} goes on ({how})")
+
+    async def _until(self, party: str, pending: Callable[[], list[str]], done: str) -> str:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        while loop.time() < deadline:
+            waiting_for = pending()
+            if not waiting_for:
+                return done
+            if await self._blocked_by_me(party, waiting_for):
+                return "the other waits on this one's lock"
+            await asyncio.sleep(POLL_S)
+        return "timeout"
+
+    async def _blocked_by_me(self, party: str, others: list[str]) -> bool:
+        mine = self.pids.get(party)
+        if mine is None:
+            return False
+        async with self.pool.connection() as conn:
+            for other in others:
+                pid = self.pids.get(other)
+                if pid is not None and (await (await conn.execute(BLOCKED_BY, (mine, pid))).fetchone())[0]:
+                    return True
+        return False
+
+
+class _GatedConnection:
+    """A connection whose ``execute`` meets the other conversations before the fault's act."""
+
+    def __init__(self, conn, gate: Rendezvous, party: str):
+        self._conn = conn
+        self._gate = gate
+        self._party = party
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+    async def execute(self, query, *args, **kwargs):
+        if self._party not in self._gate.passed and isinstance(query, str) and self._gate.acts(query):
+            await self._gate.arrive(self._party)
+        return await self._conn.execute(query, *args, **kwargs)
+
+
+class _GatedPool:
+    def __init__(self, pool, gate: Rendezvous, party: str):
+        self._pool = pool
+        self._gate = gate
+        self._party = party
+
+    def __getattr__(self, name):
+        return getattr(self._pool, name)
+
+    @contextlib.asynccontextmanager
+    async def connection(self, *args, **kwargs):
+        async with self._pool.connection(*args, **kwargs) as conn:
+            self._gate.pids[self._party] = conn.info.backend_pid
+            try:
+                yield _GatedConnection(conn, self._gate, self._party)
+            finally:
+                if self._party in self._gate.arrived:
+                    self._gate.finished.add(self._party)
+
+
+def meets_at(*queries: str) -> Callable[[str], bool]:
+    """The predicate of a rendezvous that meets at any of ``queries`` (SQL texts, compared stripped)."""
+    wanted = {q.strip() for q in queries}
+    return lambda q: q.strip() in wanted
+
+
+# --------------------------------------------------------------------------- invariants
+
+CONCURRENCY_RECORDS = """
+SELECT c.id, c.credit_cents,
+       (SELECT coalesce(sum(r.amount_cents), 0) FROM limits.credit_redemptions r WHERE r.customer_id = c.id),
+       (SELECT count(*) FROM limits.credit_redemptions r WHERE r.customer_id = c.id),
+       (SELECT coalesce(json_agg(r.reference), '[]') FROM {s}.refunds r WHERE r.customer_id = c.id),
+       (SELECT coalesce(json_agg(m.reference), '[]') FROM {s}.credit_memos m WHERE m.customer_id = c.id),
+       (SELECT coalesce(max(d.total), 0) FROM (SELECT sum(r.amount_cents) AS total FROM {s}.refunds r
+                                               WHERE r.customer_id = c.id GROUP BY r.created_at::date) d),
+       (SELECT coalesce(json_agg(p.reference), '[]') FROM provider.payments p
+         WHERE p.customer = %(prefix)s || c.id AND p.kind = 'refund')
+FROM {s}.customers c WHERE c.id = ANY(%(ids)s)
+"""
+CHECKPOINT_SHAPE = """
+SELECT count(*) FILTER (WHERE parent_checkpoint_id IS NULL),
+       coalesce(max(n), 0)
+FROM (SELECT parent_checkpoint_id, count(*) OVER (PARTITION BY parent_checkpoint_id) AS n
+      FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = '') AS c
+"""
+
+
+async def check_concurrency(pool, schema: str, customer_ids: list[int], opening_cents: dict[int, int],
+                            thread_ids: list[str]) -> list[Violation]:
+    """The invariants of :data:`KINDS` for customers ``customer_ids`` in ``schema`` and threads ``thread_ids``,
+    read from the business tables, the provider's payments and the checkpoints.
+
+    ``opening_cents``: each customer's opening credit (cents), from the scenario."""
+    from agentlab.sim.provider import customer_ref
+
+    prefix = customer_ref(0)[:-1]  # the provider names customer 7 "cus_7"
+    query = sql.SQL(CONCURRENCY_RECORDS).format(s=sql.Identifier(schema))
+    tid = thread_ids[0]
+    out: list[Violation] = []
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(query, {"ids": customer_ids, "prefix": prefix})).fetchall()
+        shapes = [(t, *(await (await conn.execute(CHECKPOINT_SHAPE, (t,))).fetchone())) for t in dict.fromkeys(thread_ids)]
+    for cid, credit, redeemed, n_redeemed, refunds, memos, day_max, paid in rows:
+        for what, refs in (("refunds", refunds), ("credit memos", memos), ("provider refunds", paid)):
+            for ref, n in Counter(refs).items():
+                if n > 1:
+                    out.append(Violation("paid_twice", tid, f"customer {cid}: {n} {what} for reference {ref}"))
+        opening = opening_cents.get(cid)
+        if n_redeemed and opening is not None and credit != opening - redeemed:
+            out.append(Violation("lost_update", tid, f"customer {cid}: balance {credit} cents, opening {opening} minus "
+                                                     f"{n_redeemed} redemption(s) of {redeemed} is {opening - redeemed}"))
+        if opening is not None and redeemed > opening:
+            out.append(Violation("cap_exceeded", tid, f"customer {cid}: {redeemed} cents redeemed of {opening}"))
+        if day_max > DAILY_REFUND_CAP_CENTS:
+            out.append(Violation("cap_exceeded", tid, f"customer {cid}: {day_max} cents refunded in one day, "
+                                                      f"cap {DAILY_REFUND_CAP_CENTS}"))
+    for thread, roots, children in shapes:
+        if roots > 1 or children > 1:
+            out.append(Violation("forked_thread", thread, f"{roots} root checkpoints, at most {children} children "
+                                                          "of one checkpoint"))
+    return out
+
+
+# --------------------------------------------------------------------------- the runner
+
+@dataclass
+class Conversation:
+    """One of the two: its name, thread, scenario, model seed, and how it ended."""
+
+    name: str
+    thread_id: str
+    scenario: Scenario
+    seed: int
+    state: dict = field(default_factory=dict)
+    refused: str | None = None
+    error: str | None = None
+
+
+async def run_concurrent(lab, fault: Concurrent, sg, *, scenario: str, seed: int, rng: random.Random,
+                         check: bool = True, model=None):
+    """Run and check one episode of ``fault`` on ``lab`` (an :class:`agentlab.lab.runner.Lab`): the two
+    conversations at once, the outbox drained, the invariants of the billing checker plus :data:`KINDS`.
+    Returns ``(episode, end state scenario, notes, violations)``; the runner makes its FaultRun of them.
+    ``notes`` holds ``rendezvous`` (what the barrier did), ``refused`` (conversations the thread lease
+    refused), ``errors`` and ``threads``."""
+    from agentlab.lab.invariants import check_messages, check_state, read_records
+    from agentlab.runtime.harness import Episode
+    from agentlab.sim.model import ScriptedChatModel
+
+    h, process = lab.harness, lab.process
+    make_model = model or (lambda script, seed: ScriptedChatModel(script=script, seed=seed))
+    base = fault.prepare(h.scenario(scenario).clean(), rng)
+    sc_a, sc_b = fault.scenarios_for(base)
+    t0 = time.perf_counter()
+    thread = f"{fault.name}-{sg.name}-{uuid.uuid4().hex[:12]}"
+    async with process.pool.connection() as conn:
+        ids = await h.domain.create_rows(conn, sc_a, sg.schema)
+    convs = [Conversation("A", thread, sc_a, seed),
+             Conversation("B", thread if fault.same_thread else f"{thread}-b", sc_b, seed + 1)]
+    gate = Rendezvous(h.pool, ("A", "B"), meets_at(*fault.acts))
+
+    async def play(c: Conversation) -> None:
+        node = process.node(sg)
+        node.pool = gate.wrap(c.name, node.pool)
+        graph = build_graph(make_model(c.scenario.script(ids), c.seed), node, checkpointer=process.saver,
+                            retry_attempts=RETRY_ATTEMPTS)
+        config = run_config(c.thread_id, tenant_id=c.scenario.tenant_id)
+        inputs = {"messages": [HumanMessage(c.scenario.prompt)]}
+        try:
+            if sg.run_lock:
+                c.state = await invoke_with_lease(graph, h.pool, inputs, config, wait_ms=sg.run_lock_wait_ms,
+                                                  durability="exit")
+            else:
+                c.state = await graph.ainvoke(inputs, config, durability="exit")
+        except ThreadBusy as exc:
+            c.refused = str(exc)
+        except Exception as exc:
+            c.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            gate.leave(c.name)
+
+    await asyncio.gather(*(play(c) for c in convs))
+    threads = list(dict.fromkeys(c.thread_id for c in convs))
+    histories: dict[str, list] = {}
+    ep = Episode(sc_a.name, sg.name, thread, seed, ids, sg.schema, sc_a.tenant_id)
+    for t in threads:
+        snapshot = await process.graph(sg).aget_state(run_config(t))
+        values = snapshot.values if snapshot is not None else {}
+        histories[t] = list(values.get("messages", []))
+        ep.rollbacks_total += values.get("rollbacks_total", 0)
+        ep.escalated |= bool(values.get("escalated", False))
+    if sg.outbox:
+        for t in threads:
+            ep.drain = await OutboxWorker(process.pool, h.provider, thread_id=t).drain()
+    ep.messages = [m for t in threads for m in histories[t]]
+    errors = [f"{c.name}: {c.error}" for c in convs if c.error]
+    ep.error = "; ".join(errors) or None
+    intended = fault.end_state(sc_a)
+    violations: list[Violation] = []
+    if check:
+        records, ledger = await read_records(h.pool, sg.schema, ids, thread)
+        for t in threads[1:]:
+            ledger |= (await read_records(h.pool, sg.schema, ids, t))[1]
+        # the state and what both were told, on the union; the message checks on each thread's own history
+        violations = [v for v in check_state(ep, intended, sg, records, ledger if sg.ledger else None)
+                      if v.kind not in MESSAGE_CHECKS]
+        for t in threads:
+            violations += check_messages(histories[t], t, sg)
+        opening = {cid: spec.credit_cents for cid, spec in zip(ids, sc_a.customers)}
+        violations += await check_concurrency(h.pool, sg.schema, ids, opening, threads)
+    ep.wall_ms = (time.perf_counter() - t0) * 1000
+    notes: dict[str, Any] = {"rendezvous": list(gate.log), "refused": [c.name for c in convs if c.refused],
+                             "errors": errors, "threads": threads}
+    return ep, intended, notes, violations
+
+
+MESSAGE_CHECKS = ("unanswered_call", "leak", "half_applied_batch")
