@@ -20,7 +20,7 @@ from test_c14_notebooks_under_nbval import SANITIZE, _kernel_env
 
 ROOT = Path(__file__).resolve().parent.parent
 # the notebooks whose cells are made safe to re-run so far, by number; the others are skipped with the reason
-SAFE = {"00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "12"}
+SAFE = {"00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "12", "13", "15"}
 NOT_YET = {
     "11": "owned by the sagas work until it lands",
     "14": "new threads per run, but a re-run's token counts differ: the prompts hold the new customers' ids, "

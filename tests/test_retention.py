@@ -115,3 +115,14 @@ async def test_retention_chart_shows_the_threads_asked_for_in_their_order_with_t
     heights = [p.get_height() for p in ax.patches]
     frame = report.bytes_per_super_step().set_index("thread_id")
     assert heights[0] == frame.at[threads[1], "bytes_per_super_step_before"]
+
+
+async def test_a_job_scoped_to_some_threads_leaves_the_others_whole_and_counts_their_rows_only(harness):
+    episodes = [await harness.run_episode("refund", "full", durability="sync") for _ in range(3)]
+    mine, other = [ep.thread_id for ep in episodes[:2]], episodes[2].thread_id
+    later = dt.datetime.now(dt.timezone.utc) + 10 * DAY
+    report = await apply_retention(harness.saver, harness.pool, POLICY, now=later, threads=mine)
+    assert sorted(report.pruned) == sorted(mine) and report.kept == report.deleted == []
+    assert list((await checkpoint_bytes(harness.pool, [other]))["checkpoints_rows"]) == [7]
+    assert report.ledger_rows == (6, 6) and report.outbox_rows == (2, 2)  # three calls and one charge per thread
+    assert await scalar(harness, "SELECT count(*) FROM tool_executions") == 9

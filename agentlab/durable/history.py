@@ -206,7 +206,7 @@ async def replay_and_fork_experiment(h, *, seed: int = 0, actions=EXPERIMENT_ACT
     before ``agent`` (the model re-runs the whole story and mints new tool call ids); fork
     before the last ``tools`` with the refund amount edited, keeping the ids or with new ones.
 
-    Returns a pandas DataFrame: ``action``, ``policy``, ``re_executed`` (node executions),
+    Returns a pandas DataFrame: ``action``, ``policy``, ``thread_id``, ``re_executed`` (node executions),
     ``d_<count>`` for each of :data:`COUNT_NAMES` (after minus before), ``credit_cents_after`` and
     ``escalated`` (the branch ended with the escalation node).
     """
@@ -245,7 +245,7 @@ async def replay_and_fork_experiment(h, *, seed: int = 0, actions=EXPERIMENT_ACT
         await h.worker.drain()
         await h.events.flush()
         after = await thread_counts(h.pool, thread, ids)
-        row = {"action": action, "policy": policy,
+        row = {"action": action, "policy": policy, "thread_id": thread,
                "re_executed": after["node_executions"] - before["node_executions"]}
         row.update({f"d_{k}": after[k] - before[k] for k in COUNT_NAMES if k != "node_executions"})
         row["credit_cents_after"] = after["credit_cents"]

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
+from typing import Iterable
 
 CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 
@@ -98,6 +99,10 @@ SELECT pg_total_relation_size('checkpoints'), pg_total_relation_size('checkpoint
        pg_total_relation_size('checkpoint_writes')
 """
 KIT_ROWS = "SELECT (SELECT count(*) FROM tool_executions), (SELECT count(*) FROM outbox)"
+KIT_ROWS_OF_THREADS = """
+SELECT (SELECT count(*) FROM tool_executions WHERE thread_id = ANY(%(threads)s)),
+       (SELECT count(*) FROM outbox WHERE thread_id = ANY(%(threads)s))
+"""
 
 
 @dataclass(frozen=True)
@@ -206,15 +211,20 @@ async def _relation_bytes(pool) -> int:
         return int(sum(await (await conn.execute(RELATION_BYTES)).fetchone()))
 
 
-async def _kit_rows(pool) -> tuple[int, int]:
+async def _kit_rows(pool, threads: list[str] | None = None) -> tuple[int, int]:
+    """The ledger's and the outbox's rows: every row, or those of ``threads``."""
     async with pool.connection() as conn:
-        row = await (await conn.execute(KIT_ROWS)).fetchone()
+        if threads is None:
+            row = await (await conn.execute(KIT_ROWS)).fetchone()
+        else:
+            row = await (await conn.execute(KIT_ROWS_OF_THREADS, {"threads": list(threads)})).fetchone()
     return int(row[0]), int(row[1])
 
 
 async def apply_retention(saver, pool, policy: RetentionPolicy = RetentionPolicy(), *,
                           now: dt.datetime | None = None, dry_run: bool = False,
-                          plan: RetentionReport | None = None, guarded: bool = True) -> RetentionReport:
+                          plan: RetentionReport | None = None, guarded: bool = True,
+                          threads: Iterable[str] | None = None) -> RetentionReport:
     """Run the retention job once; return what it did, with bytes and the kit's row counts around it.
 
     Args:
@@ -228,6 +238,9 @@ async def apply_retention(saver, pool, policy: RetentionPolicy = RetentionPolicy
         guarded: re-check each thread against its classification before acting (default). False is the
             failure lab's weaker setting (case C33): delete and prune exactly what was classified, so a
             thread the user came back to meanwhile loses its checkpoints, a pending approval with them.
+        threads: look at these threads only (default: every thread with checkpoints); the report's
+            ledger and outbox rows are then theirs. A notebook scopes its job to the threads it made, so
+            a re-run's figures are its own.
 
     Returns:
         The report: ``pruned`` and ``deleted`` list what was done; threads that moved on since they
@@ -236,6 +249,9 @@ async def apply_retention(saver, pool, policy: RetentionPolicy = RetentionPolicy
     report = RetentionReport()
     if plan is None:
         activity = await thread_activity(pool, now=now)
+        if threads is not None:
+            scope = set(threads)
+            activity = activity[activity["thread_id"].isin(scope)]
         replayable = dt.timedelta(seconds=policy.replayable_for_s)
         expired = dt.timedelta(seconds=policy.delete_after_s)
         for row in activity.itertuples(index=False):
@@ -254,7 +270,8 @@ async def apply_retention(saver, pool, policy: RetentionPolicy = RetentionPolicy
     threads = list(report.classified)
     report.before = await checkpoint_bytes(pool, threads)
     report.relation_bytes_before = await _relation_bytes(pool)
-    ledger_before, outbox_before = await _kit_rows(pool)
+    scoped = None if threads is None else list(threads)
+    ledger_before, outbox_before = await _kit_rows(pool, scoped)
     if not dry_run and not guarded:
         if report.pruned:
             await saver.aprune(list(report.pruned), strategy="keep_latest")
@@ -266,7 +283,7 @@ async def apply_retention(saver, pool, policy: RetentionPolicy = RetentionPolicy
         report.pruned, report.deleted = pruned, deleted
     report.after = await checkpoint_bytes(pool, threads)
     report.relation_bytes_after = await _relation_bytes(pool)
-    ledger_after, outbox_after = await _kit_rows(pool)
+    ledger_after, outbox_after = await _kit_rows(pool, scoped)
     report.ledger_rows = (ledger_before, ledger_after)
     report.outbox_rows = (outbox_before, outbox_after)
     return report
@@ -341,13 +358,15 @@ def retention_chart(report: RetentionReport, *, ax=None, title: str | None = Non
 
 
 async def retention_experiment(h, *, turns: tuple[int, ...] = (1, 20, 60), idle_days: float = 10.0,
-                               policy: RetentionPolicy = RetentionPolicy()) -> RetentionReport:
+                               policy: RetentionPolicy = RetentionPolicy(),
+                               threads: Iterable[str] | None = None) -> RetentionReport:
     """Threads of growing length, then one retention run ``idle_days`` later; returns its report.
 
     Each thread plays the refund story, then ``n - 1`` more user turns (each a super-step of the
     agent), every checkpoint written (durability ``sync``). The report's
     :meth:`RetentionReport.bytes_per_super_step` shows how bytes per super-step grow with the
-    history and what ``keep_latest`` leaves.
+    history and what ``keep_latest`` leaves. With ``threads``, the job looks at those and the
+    experiment's own threads only (see :func:`apply_retention`); without, at every thread.
     """
     from langchain_core.messages import HumanMessage
 
@@ -357,13 +376,16 @@ async def retention_experiment(h, *, turns: tuple[int, ...] = (1, 20, 60), idle_
     from agentlab.domains.billing.scenarios import get_scenario
 
     scenario, sg = get_scenario("refund"), preset("full")
+    own: list[str] = []
     for n in turns:
         ids = await h.create_customers(scenario, sg)
         graph = h.graph(sg, ScriptedChatModel(script=scenario.script(ids)))
         config = run_config(f"retention-{n}-turns-{ids[0]}", tenant_id=scenario.tenant_id)
+        own.append(config["configurable"]["thread_id"])
         await graph.ainvoke({"messages": [HumanMessage(scenario.prompt)]}, config, durability="sync")
         for turn in range(n - 1):
             await graph.ainvoke({"messages": [HumanMessage(f"Thanks. Is anything else open? ({turn + 1})")]},
                                 config, durability="sync")
     later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=idle_days)
-    return await apply_retention(h.saver, h.pool, policy, now=later)
+    scope = None if threads is None else [*threads, *own]
+    return await apply_retention(h.saver, h.pool, policy, now=later, threads=scope)
