@@ -17,9 +17,8 @@ _EXPORTS = {
         "Domain", "Invariant", "InvariantContext", "Migration", "Violation", "migrate_domain",
     ),
     "core.errors": (
-        "AgentlabError", "Category", "DomainError", "IdempotencyConflict", "NotFound", "ProviderTimeout",
-        "ProviderUnavailable", "RULES", "SimulatedCrash", "ToolError", "UnknownTool", "find_leaks",
-        "is_infrastructure", "translate",
+        "AgentlabError", "Category", "DomainError", "ErrorHints", "IdempotencyConflict", "NotFound", "ProviderTimeout",
+        "ProviderUnavailable", "SimulatedCrash", "ToolError", "UnknownTool", "is_infrastructure",
     ),
     "core.events": (
         "EventLog", "observe_node",
@@ -62,6 +61,9 @@ _EXPORTS = {
     ),
     "demos.report": (
         "episode_report",
+    ),
+    "domains.billing.errors": (
+        "RULES", "find_leaks", "translate",
     ),
     "domains.billing.scenarios": (
         "CustomerSpec", "Intended", "SCENARIOS", "get_scenario",

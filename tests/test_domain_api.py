@@ -3,12 +3,14 @@ node, the graph and the failure lab without editing the package; a wrong domain 
 
 from __future__ import annotations
 
+import dataclasses
+
 import psycopg
 import pytest
 from pydantic import ConfigDict, Field
 
 from agentlab import (
-    AGENT_ROLE, C, Domain, DomainError, Harness, Invariant, Migration, PlannedCall, Scenario, StrictArgs,
+    AGENT_ROLE, C, Domain, DomainError, ErrorHints, Harness, Invariant, Migration, PlannedCall, Scenario, StrictArgs,
     ToolSpec, Toolset, build_graph, migrate_domain, preset, run_config, run_experiment, tool,
 )
 from agentlab.sim.model import ScriptedChatModel
@@ -81,6 +83,36 @@ async def test_a_small_chaos_experiment_on_the_throwaway_domain():
     assert result.rows.query("preset == 'savepoints' and fault == 'crash_before_checkpoint'")["wallet_balance"].sum() > 0
     assert cells.xs("full", level="preset").sum() == 0
     assert cells[("none", "savepoints")] == 0
+
+
+WALLET_HINT = "the wallet holds less than this amount; withdraw at most its balance."
+
+
+async def test_the_node_tells_the_model_the_domains_own_hint_and_the_core_text_otherwise():
+    over = [{"name": "Withdraw", "args": {"wallet_id": 0, "amount_cents": 2 * OPENING_CENTS}, "id": "over",
+             "type": "tool_call"}]
+    hinted = dataclasses.replace(WALLETS, error_hints=ErrorHints(
+        constraints={"wallet_balance_cents_check": WALLET_HINT}, identifiers=("wallet_balance_cents_check",)))
+    told = {}
+    for domain in (WALLETS, hinted):
+        async with await Harness.open(purpose="domain", domain=domain) as h:
+            ids = await h.create_customers(PAY, preset("full"))
+            over[0]["args"]["wallet_id"] = ids[0]
+            batch = await h.node(preset("full")).run_batch(over, thread_id=f"hint-{domain is hinted}", tenant_id="acme")
+            async with h.pool.connection() as conn:
+                row = await (await conn.execute("SELECT balance_cents FROM wallets.wallet WHERE id = %s",
+                                                (ids[0],))).fetchone()
+            assert row[0] == OPENING_CENTS  # refused by the CHECK: nothing withdrawn
+            told[domain is hinted] = batch.results[0].content
+    assert told == {False: "FAILED [business_rule]: a value breaks a business rule; change the amount or the record.",
+                    True: f"FAILED [business_rule]: {WALLET_HINT}"}
+
+
+def test_an_error_hint_that_leaks_is_refused():
+    with pytest.raises(DomainError, match="error hint for 'wallet_balance_cents_check'"):
+        dataclasses.replace(WALLETS, error_hints=ErrorHints(
+            constraints={"wallet_balance_cents_check": "wallet_balance_cents_check failed"},
+            identifiers=("wallet_balance_cents_check",)))
 
 
 def test_a_tool_whose_argument_model_is_not_strict_is_refused():

@@ -16,6 +16,8 @@ from agentlab.core.tools_node import Outcome, TransactionalToolsNode
 from agentlab.core.safeguards import preset
 from agentlab.domains.billing.tools import LookupCustomer
 from agentlab.core.toolspec import ToolSpec, Toolset
+from agentlab.domains import billing
+from agentlab.domains.billing import errors as billing_errors
 from conftest import fetch
 
 GENERIC = {FALLBACK_RULE, next(r for r in RULES if r.match is psycopg.Error)}
@@ -61,10 +63,46 @@ def test_aborted_transaction_is_not_the_calls_own_fault():
 
 
 def test_every_model_facing_constant_is_leak_free():
-    texts = [r.reason for r in RULES] + list(errors.CHECK_HINTS.values()) + list(errors.UNIQUE_HINTS.values())
+    hints = billing_errors.HINTS
+    texts = [r.reason for r in RULES] + [r.reason for r in billing_errors.RULES]
+    texts += [*hints.constraints.values(), *hints.sqlstates.values()]
     texts += [getattr(errors, n) for n in dir(errors) if n.isupper() and isinstance(getattr(errors, n), str)
               and n not in ("FAILED_PREFIX", "NOT_APPLIED_PREFIX")]
-    assert [t for t in texts if find_leaks(t)] == []
+    assert [t for t in texts if find_leaks(t, hints.identifiers)] == []
+
+
+class _Diag:
+    def __init__(self, constraint_name):
+        self.constraint_name = constraint_name
+
+
+def _with_constraint(cls, constraint: str) -> psycopg.Error:
+    """A ``cls`` error whose diagnostics name ``constraint``, as the server's would."""
+    return type(cls.__name__, (cls,), {"diag": _Diag(constraint)})("violates constraint")
+
+
+def test_the_core_knows_no_domain_and_billing_brings_its_own_hints():
+    over = _with_constraint(pgerr.CheckViolation, "customers_credit_nonnegative")
+    dup = _with_constraint(pgerr.UniqueViolation, "invoices_one_per_period")
+    fk = _with_constraint(pgerr.ForeignKeyViolation, "credit_memos_invoice_fk")
+    # the core alone: its generic texts, and no billing name in them
+    assert translate(over).reason == "a value breaks a business rule; change the amount or the record."
+    assert translate(dup).reason == "this record already exists; do not create it again."
+    assert translate(fk).reason == "a record named by an id does not exist; check the ids."
+    assert all("LookupCustomer" not in r.reason for r in RULES)
+    # billing's domain value carries the hints the node translates with
+    hints = billing.DOMAIN.error_hints
+    assert hints is billing_errors.HINTS
+    assert translate(over, hints=hints).reason.startswith("the customer's credit balance is too low")
+    assert translate(dup, hints=hints).reason.startswith("an invoice for this customer and billing period")
+    assert "LookupCustomer" in translate(fk, hints=hints).reason
+    assert translate(over, hints=hints).category is Category.BUSINESS_RULE  # the text changes, never the rule
+    # a constraint billing does not name keeps the core's text
+    other = _with_constraint(pgerr.UniqueViolation, "outbox_dedupe_key_unique")
+    assert translate(other, hints=hints).reason == "this record already exists; do not create it again."
+    # billing's internal names are flagged only with billing's identifiers
+    assert find_leaks("SELECT-free text naming credit_cents") == []
+    assert find_leaks("SELECT-free text naming credit_cents", hints.identifiers) == ["identifier"]
 
 
 def test_raw_errors_are_caught_by_the_leak_detector():

@@ -66,7 +66,8 @@ class EpisodeBench:
         self.models: dict[str, ScriptedChatModel] = {}
         self.memory = InMemorySaver()
         sg = preset("full")
-        nodes = {"full": TransactionalToolsNode(h.pool, sg, toolset=h.toolset, provider=h.provider, events=h.events),
+        nodes = {"full": TransactionalToolsNode(h.pool, sg, toolset=h.toolset, provider=h.provider, events=h.events,
+                                               error_hints=h.domain.error_hints),
                  "noop": NoOpToolsNode(h.pool, sg, toolset=h.toolset, provider=h.provider, events=h.events)}
         router = _ModelRouter(self.models)
         self.graphs = {}

@@ -19,7 +19,10 @@ globals to learn about it:
   each other's data);
 - ``invariants``: :class:`Invariant` checks read from the database and the provider, never from the
   code's bookkeeping;
-- ``export_state(conn, ids) -> dict``: the domain's state as JSON, for a report or a hash.
+- ``export_state(conn, ids) -> dict``: the domain's state as JSON, for a report or a hash;
+- ``error_hints``: :class:`agentlab.core.errors.ErrorHints`, what the translator tells the model for the
+  domain's own constraints and which of its internal names must never reach it (the core's generic
+  texts answer every constraint it does not name).
 
 The generic invariants (unanswered_call, leak, half_applied_batch, ledger_mismatch, payment_count) work
 for any domain from the message history, the ledger and the provider (:mod:`agentlab.lab.invariants`).
@@ -33,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentlab.core.errors import DomainError
+from agentlab.core.errors import DomainError, ErrorHints, find_leaks
 from agentlab.core.schema import CORE, Migration, apply_migrations
 from agentlab.core.toolspec import Toolset
 
@@ -78,7 +81,7 @@ class Domain:
     Raises:
         DomainError: from :meth:`validate`: a tool that is not strict, two tools with one name (both from
             the :class:`Toolset`), a scenario calling a tool the domain lacks, two invariants of one kind,
-            a migration without SQL.
+            a migration without SQL, error hints that are not an ``ErrorHints`` or whose texts leak.
     """
 
     name: str
@@ -94,6 +97,7 @@ class Domain:
     faults: tuple[str, ...] | None = None
     tenant_id: str = "acme"
     description: str = ""
+    error_hints: ErrorHints = field(default_factory=ErrorHints)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -114,6 +118,13 @@ class Domain:
         kinds = [inv.kind for inv in self.invariants]
         if len(kinds) != len(set(kinds)):
             raise DomainError(f"domain {self.name!r}: two invariants share a kind ({kinds})")
+        hints = self.error_hints
+        if not isinstance(hints, ErrorHints):
+            raise DomainError(f"domain {self.name!r}: error_hints must be an agentlab.core.errors.ErrorHints")
+        for key, text in [*hints.constraints.items(), *hints.sqlstates.items()]:
+            if not isinstance(text, str) or not text.strip() or find_leaks(text, hints.identifiers):
+                raise DomainError(f"domain {self.name!r}: the error hint for {key!r} must be model-facing text "
+                                  "without SQL or internal names")
         for n, m in enumerate(self.migrations):
             if not isinstance(m, Migration) or not m.sql.strip():
                 raise DomainError(f"domain {self.name!r}: migration {n} must be a Migration with SQL")

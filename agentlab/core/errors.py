@@ -23,8 +23,10 @@ Sources: PostgreSQL Appendix A "PostgreSQL Error Codes" for the SQLSTATE classes
 
 from __future__ import annotations
 
+import functools
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -109,22 +111,39 @@ class SimulatedCrash(BaseException):
     """
 
 
-CHECK_HINTS = {
-    "customers_credit_nonnegative": (
-        "the customer's credit balance is too low for this amount; apply at most the available "
-        "credit (LookupCustomer shows it)."
-    ),
-    "invoices_amount_positive": "the amount must be a positive whole number of cents.",
-    "credit_memos_amount_positive": "the amount must be a positive whole number of cents.",
-    "refunds_amount_positive": "the amount must be a positive whole number of cents.",
-    "invoices_status_valid": "the status must be one of open, paid, void.",
-}
-UNIQUE_HINTS = {
-    "invoices_one_per_period": "an invoice for this customer and billing period already exists; do not create it again.",
-    "credit_memos_one_per_reference": "a credit memo with this reference already exists for this customer; do not create it again.",
-    "refunds_one_per_reference": "a refund with this reference already exists for this customer; do not send it again.",
-}
-FK_HINT = "a record named by an id does not exist; check the ids (LookupCustomer finds a customer)."
+FK_REASON = "a record named by an id does not exist; check the ids."
+
+
+@dataclass(frozen=True)
+class ErrorHints:
+    """What a domain adds to the translator (``Domain.error_hints``); the core's texts stay for the rest.
+
+    Attributes:
+        constraints: constraint name -> model-facing reason, used when a class-23 violation (SQLSTATE
+            23xxx) names that constraint (``diag.constraint_name``).
+        sqlstates: SQLSTATE (five characters) -> model-facing reason replacing the core rule's text for
+            this domain; category and retrying stay the core's (e.g. billing's ``"23503"`` names its
+            look-up tool).
+        identifiers: the domain's internal names (tables, columns, constraints) that must never reach
+            the model; :func:`find_leaks` flags them on top of the core's own.
+
+    Every text is constant and model-facing: no SQL, table, column or constraint names (checked by
+    :meth:`agentlab.core.domain.Domain.validate`).
+    """
+
+    constraints: Mapping[str, str] = field(default_factory=dict)
+    sqlstates: Mapping[str, str] = field(default_factory=dict)
+    identifiers: tuple[str, ...] = ()
+
+    def reason(self, sqlstate: str | None, constraint: str | None, default: str) -> str:
+        """The text for an error with ``sqlstate`` naming ``constraint``: the constraint's hint (class 23
+        only), else the SQLSTATE's, else ``default`` (the core rule's)."""
+        if constraint and (sqlstate or "").startswith("23") and constraint in self.constraints:
+            return self.constraints[constraint]
+        return self.sqlstates.get(sqlstate or "", default)
+
+
+NO_HINTS = ErrorHints()
 
 
 @dataclass(frozen=True)
@@ -156,7 +175,7 @@ RULES: tuple[Rule, ...] = (
     # class 23: integrity constraints (the schema's last line of defence)
     Rule("23514", Category.BUSINESS_RULE, False, "a value breaks a business rule; change the amount or the record."),
     Rule("23505", Category.CONFLICT, False, "this record already exists; do not create it again."),
-    Rule("23503", Category.NOT_FOUND, False, FK_HINT),
+    Rule("23503", Category.NOT_FOUND, False, FK_REASON),
     Rule("23502", Category.INVALID_ARGUMENTS, False, "a required value is missing; send every required argument."),
     Rule("23P01", Category.CONFLICT, False, "this record overlaps an existing one; do not create it again."),
     Rule("23", Category.CONFLICT, False, "the change conflicts with existing records; do not send it again as is."),
@@ -228,7 +247,7 @@ class Translation:
     rule: Rule | None = None
 
 
-def _pydantic_reason(exc: Any, allowed: tuple[str, ...]) -> str:
+def _pydantic_reason(exc: Any, allowed: tuple[str, ...], identifiers: tuple[str, ...] = ()) -> str:
     parts = []
     for err in exc.errors(include_url=False):
         loc = ".".join(str(p) for p in err.get("loc", ()))
@@ -240,7 +259,7 @@ def _pydantic_reason(exc: Any, allowed: tuple[str, ...]) -> str:
         )
         if kind == "extra_forbidden":
             name = loc if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,40}", loc or "") else None
-            if name and find_leaks(name):  # e.g. an internal column name: do not echo it back
+            if name and find_leaks(name, identifiers):  # e.g. an internal column name: do not echo it back
                 name = None
             what = f"'{name}' is not an argument of this tool" if name else "an unknown argument was sent"
             parts.append(f"{what} (allowed: {', '.join(allowed)})" if allowed else what)
@@ -275,21 +294,30 @@ def _pydantic_reason(exc: Any, allowed: tuple[str, ...]) -> str:
     return "; ".join(parts) + "."
 
 
-def translate(exc: BaseException, *, allowed_args: tuple[str, ...] = (), sanitize: bool = True) -> Translation:
+def rules_for(hints: ErrorHints) -> tuple[Rule, ...]:
+    """:data:`RULES` as a domain's model is told them: each rule's text replaced by ``hints.sqlstates``."""
+    return tuple(replace(r, reason=hints.sqlstates[r.match]) if isinstance(r.match, str) and r.match in hints.sqlstates
+                 else r for r in RULES)
+
+
+def translate(exc: BaseException, *, allowed_args: tuple[str, ...] = (), sanitize: bool = True,
+              hints: ErrorHints | None = None) -> Translation:
     """Map ``exc`` to a :class:`Translation`.
 
     Args:
         exc: what a tool call raised.
         allowed_args: the tool's argument names, listed when the model sent an unknown one.
         sanitize: False reproduces the naive path: the model sees ``"<Class>: <str(exc)>"`` verbatim.
+        hints: the domain's texts for its own constraints (``Domain.error_hints``); None: the core's only.
     """
+    hints = hints or NO_HINTS
     from pydantic import ValidationError
 
     sqlstate = getattr(exc, "sqlstate", None)
     error_class = f"{type(exc).__module__}.{type(exc).__qualname__}"
     detail = _detail(exc)
     if isinstance(exc, ValidationError):
-        reason = _pydantic_reason(exc, allowed_args)
+        reason = _pydantic_reason(exc, allowed_args, hints.identifiers)
         rule, category, infra = None, Category.INVALID_ARGUMENTS, False
     elif isinstance(exc, ToolError):
         rule, category, infra, reason = None, exc.category, False, exc.hint
@@ -297,10 +325,7 @@ def translate(exc: BaseException, *, allowed_args: tuple[str, ...] = (), sanitiz
         rule = next(r for r in RULES if r.matches(exc))
         category, infra, reason = rule.category, rule.infrastructure, rule.reason
         constraint = getattr(getattr(exc, "diag", None), "constraint_name", None)
-        if sqlstate == "23514" and constraint in CHECK_HINTS:
-            reason = CHECK_HINTS[constraint]
-        elif sqlstate == "23505" and constraint in UNIQUE_HINTS:
-            reason = UNIQUE_HINTS[constraint]
+        reason = hints.reason(sqlstate, constraint, reason)
     if category is Category.NOT_APPLIED or infra:
         message = NOT_APPLIED_TEMPLATE.format(reason=reason)
     else:
@@ -341,16 +366,12 @@ def _detail(exc: BaseException) -> str:
 
 # --------------------------------------------------------------------------- leak detection
 
-# Internal identifiers that must never reach the model. Tool argument names (customer_id,
-# amount_cents, ...) are the tools' public API and are allowed.
+# The core's internal identifiers that must never reach the model; a domain adds its own
+# (ErrorHints.identifiers). Tool argument names (customer_id, amount_cents, ...) are the tools' public
+# API and are allowed.
 INTERNAL_IDENTIFIERS = (
-    "tool_executions", "schema_migrations", "idempotency_key", "dedupe_key", "credit_cents",
-    "outbox", "checkpoint_blobs", "checkpoint_writes", "credit_memos",
-    "customers_credit_nonnegative", "invoices_one_per_period", "credit_memos_one_per_reference",
-    "refunds_one_per_reference", "invoices_customer_fk", "credit_memos_customer_fk", "refunds_customer_fk",
-    "credit_memos_invoice_fk", "customers_tenant_id_unique", "invoices_tenant_id_unique",
-    "invoices_customer_tenant_fk", "credit_memos_customer_tenant_fk", "credit_memos_invoice_tenant_fk",
-    "refunds_customer_tenant_fk", "psycopg",
+    "tool_executions", "schema_migrations", "idempotency_key", "dedupe_key", "outbox", "checkpoint_blobs",
+    "checkpoint_writes", "psycopg",
 )
 LEAK_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("dsn", re.compile(r"postgres(?:ql)?://|\b(?:password|passwd|pwd|dbname|sslmode|user)\s*=", re.I)),
@@ -359,12 +380,23 @@ LEAK_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("sql", re.compile(r"\b(?:SELECT|INSERT|UPDATE|DELETE)\b[\s\S]{0,120}?\b(?:FROM|INTO|SET|WHERE)\b", re.I)),
     ("sql", re.compile(r"\b(?:LINE \d+:|DETAIL:|CONTEXT:|HINT:)|\b(?:SQLSTATE|syntax for type|violates)\b", re.I)),
     ("identifier", re.compile(r"\b(?:relation|constraint|column|table|schema)\s+\"[^\"]+\"", re.I)),
-    ("identifier", re.compile(r"(?<!\w)(?:" + "|".join(re.escape(i) for i in INTERNAL_IDENTIFIERS) + r")(?!\w)", re.I)),
     ("identifier", re.compile(r"\b(?:public|lax|provider|pg_catalog)\.[A-Za-z_]\w*|\bpg_[a-z_]{3,}")),
     ("stack_trace", re.compile(r"Traceback \(most recent call last\)|File \"[^\"]+\", line \d+")),
 )
 
 
-def find_leaks(text: str) -> list[str]:
-    """Kinds of leak found in a model-facing ``text`` (empty when clean): dsn, secret, host, sql, identifier, stack_trace."""
-    return sorted({kind for kind, pattern in LEAK_PATTERNS if pattern.search(text or "")})
+@functools.lru_cache(maxsize=32)
+def _identifier_pattern(identifiers: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile(r"(?<!\w)(?:" + "|".join(re.escape(i) for i in (*INTERNAL_IDENTIFIERS, *identifiers)) + r")(?!\w)",
+                      re.I)
+
+
+def find_leaks(text: str, identifiers: Iterable[str] = ()) -> list[str]:
+    """Kinds of leak found in a model-facing ``text`` (empty when clean): dsn, secret, host, sql, identifier,
+    stack_trace. ``identifiers``: a domain's internal names (``ErrorHints.identifiers``), flagged as
+    identifier leaks on top of the core's :data:`INTERNAL_IDENTIFIERS`."""
+    text = text or ""
+    kinds = {kind for kind, pattern in LEAK_PATTERNS if pattern.search(text)}
+    if _identifier_pattern(tuple(identifiers)).search(text):
+        kinds.add("identifier")
+    return sorted(kinds)

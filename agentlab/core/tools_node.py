@@ -53,7 +53,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
-from agentlab.core.errors import Category, ToolError, Translation, translate
+from agentlab.core.errors import Category, ErrorHints, ToolError, Translation, translate
 from agentlab.core.storable import storable
 from agentlab.core.messages import (
     BATCH_ROLLED_BACK, CALL_ID_TOO_LONG, COMMIT_FAILED, DUPLICATE_CALL_ID, FAILED_PREFIX, FAILED_TEMPLATE,
@@ -210,16 +210,19 @@ class TransactionalToolsNode:
         provider: the payment provider, called inline only when ``safeguards.outbox`` is off.
         events: where events go (a log-only :class:`EventLog` when None).
         max_attempts: the graph's RetryPolicy attempts; on the last one the node answers instead of raising.
+        error_hints: what the translator tells the model for the domain's own constraints
+            (``domain.error_hints``); None: the core's generic texts only.
     """
 
     def __init__(self, pool, safeguards: Safeguards, *, toolset: Toolset, provider=None,
-                 events: EventLog | None = None, max_attempts: int = 3):
+                 events: EventLog | None = None, max_attempts: int = 3, error_hints: ErrorHints | None = None):
         self.pool = pool
         self.safeguards = safeguards
         self.toolset = toolset
         self.provider = provider
         self.events = events or EventLog(None)
         self.max_attempts = max_attempts
+        self.error_hints = error_hints
         self.lease_ttl_ms = DEFAULT_TTL_MS  # how long each batch renews its run's thread lease for
         self.hooks = NodeHooks()
 
@@ -268,7 +271,7 @@ class TransactionalToolsNode:
             except Exception as exc:
                 allowed = call.spec.arg_names if call.spec else ()
                 failed[call.index] = _failed(call.index, call_id, call.name,
-                                             translate(exc, allowed_args=allowed, sanitize=sg.sanitize))
+                                             translate(exc, allowed_args=allowed, sanitize=sg.sanitize, hints=self.error_hints))
         return calls, failed
 
     def _prelude(self, thread_id: str, tenant_id: str | None) -> tuple[str, list[Any]] | None:
@@ -337,7 +340,7 @@ class TransactionalToolsNode:
                 if ran_ok and not rolled_back:
                     await run_hooks(self.hooks.after_commit, list(tool_calls))
             except Exception as exc:
-                tr = translate(exc, sanitize=sg.sanitize)
+                tr = translate(exc, sanitize=sg.sanitize, hints=self.error_hints)
                 if not tr.infrastructure:
                     raise
                 self.events.record("tools", "infrastructure_error", thread_id=thread_id, sqlstate=tr.sqlstate,
@@ -533,7 +536,7 @@ class TransactionalToolsNode:
             else:
                 result, content = await self._apply(conn, c, ctx, thread_id, attempt)
         except Exception as exc:
-            tr = translate(exc, allowed_args=c.spec.arg_names, sanitize=self.safeguards.sanitize)
+            tr = translate(exc, allowed_args=c.spec.arg_names, sanitize=self.safeguards.sanitize, hints=self.error_hints)
             if tr.infrastructure:
                 raise
             failed = _failed(c.index, c.call_id, c.name, tr)
@@ -548,7 +551,7 @@ class TransactionalToolsNode:
         try:
             await conn.execute(ROLLBACK if stop else COMMIT)
         except psycopg.Error as exc:
-            commit_failed = translate(exc, sanitize=self.safeguards.sanitize)
+            commit_failed = translate(exc, sanitize=self.safeguards.sanitize, hints=self.error_hints)
             if commit_failed.infrastructure:
                 raise
             return commit_failed
@@ -598,7 +601,7 @@ class TransactionalToolsNode:
                     try:
                         result = await c.spec.handler(conn, c.args, ctx)
                     except Exception as exc:
-                        tr = translate(exc, allowed_args=c.spec.arg_names, sanitize=sg.sanitize)
+                        tr = translate(exc, allowed_args=c.spec.arg_names, sanitize=sg.sanitize, hints=self.error_hints)
                         if tr.infrastructure:
                             raise
                         results[c.index] = _failed(c.index, c.call_id, c.name, tr)

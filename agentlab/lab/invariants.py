@@ -49,6 +49,7 @@ from agentlab.core.errors import find_leaks
 from agentlab.sim.model import classify
 from agentlab.sim.provider import customer_ref
 from agentlab.core.safeguards import Policy, Safeguards
+from agentlab.domains.billing.errors import INTERNAL_IDENTIFIERS as BILLING_IDENTIFIERS
 from agentlab.domains.billing.scenarios import Intended, Scenario
 from agentlab.lab.tenancy import CrossTenantEffect, cross_tenant_effects
 
@@ -144,8 +145,10 @@ def _answers(messages: list) -> dict[str, list[ToolMessage]]:
     return out
 
 
-def check_messages(messages: list, thread_id: str, safeguards: Safeguards | None = None) -> list[Violation]:
-    """The invariants the message history alone decides: unanswered calls, leaks, half-applied batches."""
+def check_messages(messages: list, thread_id: str, safeguards: Safeguards | None = None,
+                   identifiers: tuple[str, ...] = BILLING_IDENTIFIERS) -> list[Violation]:
+    """The invariants the message history alone decides: unanswered calls, leaks (``identifiers``: the
+    domain's internal names, ``domain.error_hints.identifiers``; billing's by default), half-applied batches."""
     out: list[Violation] = []
     answers = _answers(messages)
     call_ids = [tc["id"] for _, calls in _batches(messages) for tc in calls]
@@ -157,7 +160,7 @@ def check_messages(messages: list, thread_id: str, safeguards: Safeguards | None
         out.append(Violation("unanswered_call", thread_id, f"a ToolMessage answers {call_id}, which no AIMessage sent"))
     for m in messages:
         if isinstance(m, ToolMessage):
-            kinds = _leaks(str(m.content))
+            kinds = _leaks(str(m.content), tuple(identifiers))
             if kinds:
                 out.append(Violation("leak", thread_id, f"{m.name} answer to {m.tool_call_id} shows {', '.join(kinds)}"))
     if safeguards is not None and safeguards.transaction and safeguards.policy is Policy.ATOMIC:
@@ -171,8 +174,8 @@ def check_messages(messages: list, thread_id: str, safeguards: Safeguards | None
 
 
 @functools.lru_cache(maxsize=4096)
-def _leaks(text: str) -> tuple[str, ...]:
-    return tuple(find_leaks(text))  # answers repeat across episodes ("NOT APPLIED: ..."): scan each text once
+def _leaks(text: str, identifiers: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(find_leaks(text, identifiers))  # answers repeat across episodes ("NOT APPLIED: ..."): scan each text once
 
 
 def applied_calls(messages: list) -> list[dict]:
@@ -298,13 +301,13 @@ FROM outbox o WHERE o.thread_id = %s ORDER BY o.id
 """
 
 
-async def check_generic(pool, ep, safeguards: Safeguards) -> list[Violation]:
+async def check_generic(pool, ep, safeguards: Safeguards, identifiers: tuple[str, ...] = ()) -> list[Violation]:
     """The invariants every domain gets from what it declares: unanswered_call, leak and
     half_applied_batch (the message history), ledger_mismatch (the ledger against the calls reported
     applied, under the ledger), payment_count (each outbox intent of the thread paid exactly once at
-    the provider once drained)."""
+    the provider once drained); ``identifiers``: the domain's internal names the leak check flags."""
     tid = ep.thread_id
-    out = check_messages(ep.messages, tid, safeguards)
+    out = check_messages(ep.messages, tid, safeguards, identifiers)
     async with pool.connection() as conn:
         ledger = {r[0] for r in await (await conn.execute(LEDGER_OF_THREAD, (tid,))).fetchall()}
         payments = await (await conn.execute(PAYMENTS_OF_THREAD, (tid,))).fetchall()
@@ -327,7 +330,7 @@ async def check_domain_episode(pool, ep, scenario, safeguards: Safeguards, domai
     from agentlab.core.domain import InvariantContext
     from agentlab.core.errors import DomainError
 
-    out = await check_generic(pool, ep, safeguards)
+    out = await check_generic(pool, ep, safeguards, domain.error_hints.identifiers)
     async with pool.connection() as conn:
         ctx = InvariantContext(conn, ep.thread_id, list(ep.customer_ids), ep.schema, scenario, list(ep.messages))
         for inv in domain.invariants:

@@ -135,12 +135,15 @@ class AgentProcess:
         provider: the payment provider (the outside world: shared by every process).
         events: where events go.
         toolset: the domain's tools.
+        error_hints: the domain's texts for its own constraints (``domain.error_hints``).
         pool_max / checkpointer_max: pool sizes (connections).
     """
 
-    def __init__(self, url: str, *, provider, events, toolset, pool_max: int = 8, checkpointer_max: int = 4):
+    def __init__(self, url: str, *, provider, events, toolset, pool_max: int = 8, checkpointer_max: int = 4,
+                 error_hints=None):
         self.url = url
         self.toolset = toolset
+        self.error_hints = error_hints
         self.provider = provider
         self.events = events
         self.pool = AsyncConnectionPool(url, min_size=1, max_size=pool_max, kwargs={"autocommit": True}, open=False)
@@ -169,14 +172,15 @@ class AgentProcess:
     def node(self, safeguards: Safeguards) -> TransactionalToolsNode:
         """A fresh tools node on this process's pool (its hooks are the episode's own)."""
         node = TransactionalToolsNode(self.pool, safeguards, toolset=self.toolset, provider=self.provider, events=self.events,
-                                      max_attempts=RETRY_ATTEMPTS)
+                                      max_attempts=RETRY_ATTEMPTS, error_hints=self.error_hints)
         return node
 
     def graph(self, safeguards: Safeguards):
         """The compiled graph for ``safeguards`` (one per preset per process), with this process's saver."""
         graph = self._graphs.get(safeguards)
         if graph is None:
-            router = _NodeRouter(self.pool, safeguards, toolset=self.toolset, provider=self.provider, events=self.events, nodes=self._nodes)
+            router = _NodeRouter(self.pool, safeguards, toolset=self.toolset, provider=self.provider, events=self.events, nodes=self._nodes,
+                                 error_hints=self.error_hints)
             graph = build_graph(_ModelRouter(self._models), router, checkpointer=self.saver)
             self._graphs[safeguards] = graph
         return graph
@@ -301,7 +305,7 @@ class Lab:
         h = self.harness
         try:
             return await AgentProcess(h.url, provider=h.provider, events=h.events, toolset=h.toolset, pool_max=pool_max,
-                                      checkpointer_max=self.checkpointer_max).open()
+                                      checkpointer_max=self.checkpointer_max, error_hints=h.domain.error_hints).open()
         except PoolTimeout as exc:
             await h.ensure_reachable(exc)  # the server is gone: DatabaseUnavailable, else the timeout
             raise

@@ -199,7 +199,8 @@ class Harness:
 
     def node(self, safeguards: Safeguards) -> TransactionalToolsNode:
         """A tools node on this harness's pool, provider and event log."""
-        return TransactionalToolsNode(self.pool, safeguards, toolset=self.toolset, provider=self.provider, events=self.events)
+        return TransactionalToolsNode(self.pool, safeguards, toolset=self.toolset, provider=self.provider, events=self.events,
+                                      error_hints=self.domain.error_hints)
 
     def graph(self, safeguards: Safeguards, model, *, checkpointer: bool = True, approval=None):
         """The compiled agent graph for ``model`` under ``safeguards``, with the Postgres checkpointer

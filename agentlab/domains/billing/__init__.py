@@ -7,6 +7,7 @@ customers of ``data/customers.csv``. :data:`DOMAIN` is what the Harness, the fai
 """
 
 from agentlab.core.domain import Domain
+from agentlab.domains.billing.errors import HINTS
 from agentlab.domains.billing.scenarios import SCENARIOS, create_customers
 from agentlab.domains.billing.schema import MIGRATIONS, SEED_CUSTOMERS_CSV, seed
 from agentlab.domains.billing.limits import LIMIT_SCENARIOS, with_limit_tools
@@ -23,6 +24,6 @@ async def create_rows(conn, scenario, schema: str) -> list[int]:
 # capped_refund). ``agentlab.TOOLS`` and ``SCENARIOS`` stay the refund story's seven tools and five stories.
 DOMAIN = Domain(
     name="billing", toolset=with_limit_tools(TOOLS), scenarios={**SCENARIOS, **LIMIT_SCENARIOS},
-    create_rows=create_rows, migrations=MIGRATIONS, seed=seed, seed_files=(SEED_CUSTOMERS_CSV,),
+    create_rows=create_rows, migrations=MIGRATIONS, seed=seed, seed_files=(SEED_CUSTOMERS_CSV,), error_hints=HINTS,
     description="store credit, invoices, credit memos and refunds paid through the outbox",
 )

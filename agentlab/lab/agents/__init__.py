@@ -109,7 +109,7 @@ def kit_agent(preset_name: str = "full") -> AgentSpec:
         from agentlab.core.tools_node import TransactionalToolsNode
 
         node = TransactionalToolsNode(ctx.pool, ctx.safeguards or sg, toolset=ctx.domain.toolset, provider=ctx.provider,
-                                      events=ctx.events, max_attempts=RETRY_ATTEMPTS)
+                                      events=ctx.events, max_attempts=RETRY_ATTEMPTS, error_hints=ctx.domain.error_hints)
         ctx.exposed["node"] = node
         return build_graph(ctx.model, node, checkpointer=ctx.checkpointer)
 
