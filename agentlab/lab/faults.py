@@ -487,20 +487,25 @@ class ProviderTimeoutAfterSuccess(Fault):
         run.notes["provider_fault_unused"] = run.provider.clear_faults(customer_id=run.customer_ids[0])
 
 
-class _CrashAfterProviderCall:
-    """The provider as the tools node sees it, with the node's process dying once a payment call returned."""
+class DiesAfterPayment:
+    """The provider as a process sees it, the process dying once a payment call has returned (once per run).
 
-    def __init__(self, provider, run: "EpisodeRunLike"):
-        self._provider = provider
-        self._run = run
+    ``run`` is an episode run (``crash(where)``, ``notes``); ``where`` says where the process died;
+    ``note_payment`` records the returned payment's id as ``notes["paid_before_crash"]``."""
+
+    def __init__(self, provider, run: "EpisodeRunLike", *,
+                 where: str = "after the provider call, before the batch commit", note_payment: bool = True):
+        self._provider, self._run = provider, run
+        self._where, self._note_payment = where, note_payment
 
     def __getattr__(self, name):
         return getattr(self._provider, name)
 
     async def _after(self, response: dict) -> dict:
         if not self._run.notes.get("crashes"):
-            self._run.notes["paid_before_crash"] = response["id"]
-            raise self._run.crash("after the provider call, before the batch commit")
+            if self._note_payment:
+                self._run.notes["paid_before_crash"] = response["id"]
+            raise self._run.crash(self._where)
         return response
 
     async def create_charge(self, *args, **kwargs) -> dict:
@@ -535,7 +540,7 @@ class CrashAfterProviderCall(Fault):
 
             run.worker.hooks.after_provider_call.append(die)
         else:
-            run.node.provider = _CrashAfterProviderCall(run.node.provider, run)
+            run.node.provider = DiesAfterPayment(run.node.provider, run)
 
     async def before_restart(self, run: "EpisodeRunLike") -> None:
         if self.forget_keys:

@@ -194,8 +194,36 @@ class AgentProcess:
         self._nodes.pop(thread_id, None)
 
 
+class RunAccess:
+    """What a fault reaches through one episode's run, whichever runner made it (:class:`EpisodeRun`, the
+    yardstick's ``AgentRun``): the harness's pool and provider, the preset's schema, and a process crash.
+    A subclass has ``harness``, ``safeguards``, ``thread_id`` and ``notes``, and names its saver in
+    :meth:`episode_saver`."""
+
+    def episode_saver(self) -> CrashableSaver:
+        raise NotImplementedError
+
+    @property
+    def pool(self):
+        return self.harness.pool
+
+    @property
+    def provider(self):
+        return self.harness.provider
+
+    @property
+    def schema(self) -> str:
+        return self.safeguards.schema
+
+    def crash(self, where: str) -> SimulatedCrash:
+        """The process dies here: its saver writes nothing more for this thread. Raise the result."""
+        self.episode_saver().kill(self.thread_id)
+        self.notes.setdefault("crashes", []).append(where)
+        return SimulatedCrash(f"simulated process crash {where} (thread {self.thread_id})")
+
+
 @dataclass
-class EpisodeRun:
+class EpisodeRun(RunAccess):
     """One episode in progress: what a fault may act on.
 
     ``pool`` is the harness's pool, for "another session" (a lock holder, a killer, a fault's
@@ -219,23 +247,8 @@ class EpisodeRun:
     notes: dict[str, Any] = field(default_factory=dict)
     background: list = field(default_factory=list)
 
-    @property
-    def pool(self):
-        return self.harness.pool
-
-    @property
-    def provider(self):
-        return self.harness.provider
-
-    @property
-    def schema(self) -> str:
-        return self.safeguards.schema
-
-    def crash(self, where: str) -> SimulatedCrash:
-        """The process dies here: its saver writes nothing more for this thread. Raise the result."""
-        self.process.saver.kill(self.thread_id)
-        self.notes.setdefault("crashes", []).append(where)
-        return SimulatedCrash(f"simulated process crash {where} (thread {self.thread_id})")
+    def episode_saver(self) -> CrashableSaver:
+        return self.process.saver
 
 
 @dataclass

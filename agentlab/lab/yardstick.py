@@ -57,7 +57,7 @@ from agentlab.core.outbox import OutboxWorker
 from agentlab.lab.agents import AgentContext, AgentSpec, resolve_agent
 from agentlab.lab.faults import fault_scenarios
 from agentlab.lab.invariants import KINDS, check_episode
-from agentlab.lab.runner import CrashableSaver
+from agentlab.lab.runner import CrashableSaver, RunAccess
 from agentlab.lab.wire import NetworkProvider, Wire, WiredConnection
 from agentlab.lab.yardstick_faults import NA, YardstickFault, get_yardstick_fault
 from agentlab.runtime.harness import POOL_TIMEOUT_S, Episode, Harness, checkpointer_pool
@@ -139,7 +139,7 @@ class EpisodeProcess:
 # --------------------------------------------------------------------------- one episode
 
 @dataclass
-class AgentRun:
+class AgentRun(RunAccess):
     """One episode of one agent under one fault: what a fault acts on while it runs, and the outcome.
 
     ``pool`` is the harness's (another session: the lock holder, the killer); ``saver``, ``node`` and
@@ -169,23 +169,8 @@ class AgentRun:
     outbox: bool = False
     background: list = field(default_factory=list)
 
-    @property
-    def pool(self):
-        return self.harness.pool
-
-    @property
-    def provider(self):
-        return self.harness.provider
-
-    @property
-    def schema(self) -> str:
-        return self.safeguards.schema
-
-    def crash(self, where: str) -> SimulatedCrash:
-        """The process dies here: its saver writes nothing more for this thread. Raise the result."""
-        self.saver.kill(self.thread_id)
-        self.notes.setdefault("crashes", []).append(where)
-        return SimulatedCrash(f"simulated process crash {where} (thread {self.thread_id})")
+    def episode_saver(self):
+        return self.saver
 
     def counts(self) -> dict[str, int]:
         """Violations by kind (every kind of :data:`agentlab.lab.invariants.KINDS`, then a domain's own)."""
