@@ -57,7 +57,7 @@ import dataclasses
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from psycopg import sql
 from psycopg_pool import PoolClosed
@@ -320,15 +320,21 @@ class SlowStatement(Fault):
             return safeguards
         return safeguards.replace(statement_timeout_ms=self.statement_timeout_ms, name=safeguards.name)
 
+    # the trigger: a query that finds it installed, its DDL, the advisory lock key one installer holds
+    installed_sql: ClassVar[str] = SLOW_INSTALLED
+    install_ddl: ClassVar[str] = SLOW_DDL
+    install_lock: ClassVar[int] = 4243
+
     async def install(self, pool) -> None:
+        """Install the trigger once per database (idempotent; concurrent installers wait for each other)."""
         async with pool.connection() as conn:
-            if await (await conn.execute(SLOW_INSTALLED)).fetchone() is None:
-                await conn.execute("SELECT pg_advisory_lock(4243)")  # one installer at a time
+            if await (await conn.execute(self.installed_sql)).fetchone() is None:
+                await conn.execute("SELECT pg_advisory_lock(%s)", (self.install_lock,))  # one installer at a time
                 try:
-                    if await (await conn.execute(SLOW_INSTALLED)).fetchone() is None:
-                        await conn.execute(SLOW_DDL)
+                    if await (await conn.execute(self.installed_sql)).fetchone() is None:
+                        await conn.execute(self.install_ddl)
                 finally:
-                    await conn.execute("SELECT pg_advisory_unlock(4243)")
+                    await conn.execute("SELECT pg_advisory_unlock(%s)", (self.install_lock,))
 
     async def arm(self, run: "EpisodeRunLike") -> None:
         await self.install(run.pool)

@@ -127,7 +127,25 @@ class _NodeRouter(TransactionalToolsNode):
         return await node.run_batch(tool_calls, thread_id=thread_id, **kwargs)
 
 
-class AgentProcess:
+class PoolPair:
+    """A process's two pools: ``pool`` for the tools and ``checkpointer_pool`` for its saver."""
+
+    async def open_pools(self) -> None:
+        """Open both pools (waiting for their first connections); on failure or cancellation close
+        whichever opened, so no pool keeps reconnecting in the background."""
+        try:
+            await self.pool.open(wait=True, timeout=POOL_TIMEOUT_S)
+            await self.checkpointer_pool.open(wait=True, timeout=POOL_TIMEOUT_S)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        await self.checkpointer_pool.close()
+        await self.pool.close()
+
+
+class AgentProcess(PoolPair):
     """What one agent process holds: pools, a checkpointer and compiled graphs, on one database.
 
     Args:
@@ -154,20 +172,10 @@ class AgentProcess:
         self._graphs: dict[Safeguards, Any] = {}
 
     async def open(self) -> "AgentProcess":
-        """Open both pools (waiting for their first connections); on failure or cancellation close
-        whichever opened, so no pool keeps reconnecting in the background."""
-        try:
-            await self.pool.open(wait=True, timeout=POOL_TIMEOUT_S)
-            await self.checkpointer_pool.open(wait=True, timeout=POOL_TIMEOUT_S)
-        except BaseException:
-            await self.close()
-            raise
+        """Open both pools (:meth:`PoolPair.open_pools`) and the process's saver."""
+        await self.open_pools()
         self.saver = CrashableSaver(self.checkpointer_pool)
         return self
-
-    async def close(self) -> None:
-        await self.checkpointer_pool.close()
-        await self.pool.close()
 
     def node(self, safeguards: Safeguards) -> TransactionalToolsNode:
         """A fresh tools node on this process's pool (its hooks are the episode's own)."""

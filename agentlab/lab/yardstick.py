@@ -57,10 +57,10 @@ from agentlab.core.outbox import OutboxWorker
 from agentlab.lab.agents import AgentContext, AgentSpec, resolve_agent
 from agentlab.lab.faults import fault_scenarios
 from agentlab.lab.invariants import KINDS, check_episode
-from agentlab.lab.runner import CrashableSaver, RunAccess
+from agentlab.lab.runner import CrashableSaver, PoolPair, RunAccess
 from agentlab.lab.wire import NetworkProvider, Wire, WiredConnection
 from agentlab.lab.yardstick_faults import NA, YardstickFault, get_yardstick_fault
-from agentlab.runtime.harness import POOL_TIMEOUT_S, Episode, Harness, checkpointer_pool
+from agentlab.runtime.harness import Episode, Harness, checkpointer_pool
 from agentlab.sim.model import ScriptedChatModel
 
 QUIET_CAP_S = 5.0  # how long an episode waits for the work its agent left running
@@ -106,7 +106,7 @@ def _has_tool_message(value: Any) -> bool:
     return isinstance(value, (list, tuple)) and any(isinstance(v, ToolMessage) for v in value)
 
 
-class EpisodeProcess:
+class EpisodeProcess(PoolPair):
     """One agent process of an episode: its own autocommit pool (psycopg_pool's default size, four
     connections, as a user opens one: ``AsyncConnectionPool(url, kwargs={"autocommit": True})``),
     its checkpointer pool and saver."""
@@ -122,18 +122,9 @@ class EpisodeProcess:
         conn.wire = self.wire
 
     async def open(self) -> EpisodeProcess:
-        try:
-            await self.pool.open(wait=True, timeout=POOL_TIMEOUT_S)
-            await self.checkpointer_pool.open(wait=True, timeout=POOL_TIMEOUT_S)
-        except BaseException:
-            await self.close()
-            raise
+        await self.open_pools()
         self.saver = YardstickSaver(self.checkpointer_pool)
         return self
-
-    async def close(self) -> None:
-        await self.checkpointer_pool.close()
-        await self.pool.close()
 
 
 # --------------------------------------------------------------------------- one episode
