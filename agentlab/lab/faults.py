@@ -59,13 +59,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import psycopg
 from psycopg import sql
-from psycopg_pool import PoolClosed
+from psycopg_pool import PoolClosed, PoolTimeout
 
 from agentlab.domains.billing.limits import WRITE_CREDIT
 from agentlab.domains.billing.scenarios import C, Intended, PlannedCall, Scenario, get_scenario
 from agentlab.domains.billing.tools import CREATE_REFUND
 
+
+SERVER_GONE = (PoolClosed, PoolTimeout, psycopg.OperationalError)
+"""What a fault's background controller meets when the server (or the process's pool) is gone."""
 
 EpisodeRunLike = Any  # an agentlab.lab.runner.EpisodeRun: the episode a fault acts on
 
@@ -356,8 +360,10 @@ class SlowStatement(Fault):
                         await asyncio.sleep(slow_s)
                         break
                     await asyncio.sleep(POLL_S)
+            except SERVER_GONE:  # the server stopped: the episode meets that itself; nothing left to control
+                run.notes["controller_lost_server"] = True
             finally:
-                with contextlib.suppress(PoolClosed):  # a process shutting down (Ctrl-C): nothing to disarm on
+                with contextlib.suppress(*SERVER_GONE):  # shutting down (Ctrl-C) or no server: nothing to disarm on
                     async with run.pool.connection() as conn:
                         await conn.execute(SLOW_DISARM, (customer,))
                 run.notes["slow_s"] = slow_s
