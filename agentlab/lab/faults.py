@@ -57,15 +57,19 @@ import dataclasses
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
+import psycopg
 from psycopg import sql
-from psycopg_pool import PoolClosed
+from psycopg_pool import PoolClosed, PoolTimeout
 
 from agentlab.domains.billing.limits import WRITE_CREDIT
 from agentlab.domains.billing.scenarios import C, Intended, PlannedCall, Scenario, get_scenario
 from agentlab.domains.billing.tools import CREATE_REFUND
 
+
+SERVER_GONE = (PoolClosed, PoolTimeout, psycopg.OperationalError)
+"""What a fault's background controller meets when the server (or the process's pool) is gone."""
 
 EpisodeRunLike = Any  # an agentlab.lab.runner.EpisodeRun: the episode a fault acts on
 
@@ -320,15 +324,21 @@ class SlowStatement(Fault):
             return safeguards
         return safeguards.replace(statement_timeout_ms=self.statement_timeout_ms, name=safeguards.name)
 
+    # the trigger: a query that finds it installed, its DDL, the advisory lock key one installer holds
+    installed_sql: ClassVar[str] = SLOW_INSTALLED
+    install_ddl: ClassVar[str] = SLOW_DDL
+    install_lock: ClassVar[int] = 4243
+
     async def install(self, pool) -> None:
+        """Install the trigger once per database (idempotent; concurrent installers wait for each other)."""
         async with pool.connection() as conn:
-            if await (await conn.execute(SLOW_INSTALLED)).fetchone() is None:
-                await conn.execute("SELECT pg_advisory_lock(4243)")  # one installer at a time
+            if await (await conn.execute(self.installed_sql)).fetchone() is None:
+                await conn.execute("SELECT pg_advisory_lock(%s)", (self.install_lock,))  # one installer at a time
                 try:
-                    if await (await conn.execute(SLOW_INSTALLED)).fetchone() is None:
-                        await conn.execute(SLOW_DDL)
+                    if await (await conn.execute(self.installed_sql)).fetchone() is None:
+                        await conn.execute(self.install_ddl)
                 finally:
-                    await conn.execute("SELECT pg_advisory_unlock(4243)")
+                    await conn.execute("SELECT pg_advisory_unlock(%s)", (self.install_lock,))
 
     async def arm(self, run: "EpisodeRunLike") -> None:
         await self.install(run.pool)
@@ -350,8 +360,10 @@ class SlowStatement(Fault):
                         await asyncio.sleep(slow_s)
                         break
                     await asyncio.sleep(POLL_S)
+            except SERVER_GONE:  # the server stopped: the episode meets that itself; nothing left to control
+                run.notes["controller_lost_server"] = True
             finally:
-                with contextlib.suppress(PoolClosed):  # a process shutting down (Ctrl-C): nothing to disarm on
+                with contextlib.suppress(*SERVER_GONE):  # shutting down (Ctrl-C) or no server: nothing to disarm on
                     async with run.pool.connection() as conn:
                         await conn.execute(SLOW_DISARM, (customer,))
                 run.notes["slow_s"] = slow_s
@@ -487,20 +499,25 @@ class ProviderTimeoutAfterSuccess(Fault):
         run.notes["provider_fault_unused"] = run.provider.clear_faults(customer_id=run.customer_ids[0])
 
 
-class _CrashAfterProviderCall:
-    """The provider as the tools node sees it, with the node's process dying once a payment call returned."""
+class DiesAfterPayment:
+    """The provider as a process sees it, the process dying once a payment call has returned (once per run).
 
-    def __init__(self, provider, run: "EpisodeRunLike"):
-        self._provider = provider
-        self._run = run
+    ``run`` is an episode run (``crash(where)``, ``notes``); ``where`` says where the process died;
+    ``note_payment`` records the returned payment's id as ``notes["paid_before_crash"]``."""
+
+    def __init__(self, provider, run: "EpisodeRunLike", *,
+                 where: str = "after the provider call, before the batch commit", note_payment: bool = True):
+        self._provider, self._run = provider, run
+        self._where, self._note_payment = where, note_payment
 
     def __getattr__(self, name):
         return getattr(self._provider, name)
 
     async def _after(self, response: dict) -> dict:
         if not self._run.notes.get("crashes"):
-            self._run.notes["paid_before_crash"] = response["id"]
-            raise self._run.crash("after the provider call, before the batch commit")
+            if self._note_payment:
+                self._run.notes["paid_before_crash"] = response["id"]
+            raise self._run.crash(self._where)
         return response
 
     async def create_charge(self, *args, **kwargs) -> dict:
@@ -535,7 +552,7 @@ class CrashAfterProviderCall(Fault):
 
             run.worker.hooks.after_provider_call.append(die)
         else:
-            run.node.provider = _CrashAfterProviderCall(run.node.provider, run)
+            run.node.provider = DiesAfterPayment(run.node.provider, run)
 
     async def before_restart(self, run: "EpisodeRunLike") -> None:
         if self.forget_keys:

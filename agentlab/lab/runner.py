@@ -127,7 +127,25 @@ class _NodeRouter(TransactionalToolsNode):
         return await node.run_batch(tool_calls, thread_id=thread_id, **kwargs)
 
 
-class AgentProcess:
+class PoolPair:
+    """A process's two pools: ``pool`` for the tools and ``checkpointer_pool`` for its saver."""
+
+    async def open_pools(self) -> None:
+        """Open both pools (waiting for their first connections); on failure or cancellation close
+        whichever opened, so no pool keeps reconnecting in the background."""
+        try:
+            await self.pool.open(wait=True, timeout=POOL_TIMEOUT_S)
+            await self.checkpointer_pool.open(wait=True, timeout=POOL_TIMEOUT_S)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        await self.checkpointer_pool.close()
+        await self.pool.close()
+
+
+class AgentProcess(PoolPair):
     """What one agent process holds: pools, a checkpointer and compiled graphs, on one database.
 
     Args:
@@ -154,20 +172,10 @@ class AgentProcess:
         self._graphs: dict[Safeguards, Any] = {}
 
     async def open(self) -> "AgentProcess":
-        """Open both pools (waiting for their first connections); on failure or cancellation close
-        whichever opened, so no pool keeps reconnecting in the background."""
-        try:
-            await self.pool.open(wait=True, timeout=POOL_TIMEOUT_S)
-            await self.checkpointer_pool.open(wait=True, timeout=POOL_TIMEOUT_S)
-        except BaseException:
-            await self.close()
-            raise
+        """Open both pools (:meth:`PoolPair.open_pools`) and the process's saver."""
+        await self.open_pools()
         self.saver = CrashableSaver(self.checkpointer_pool)
         return self
-
-    async def close(self) -> None:
-        await self.checkpointer_pool.close()
-        await self.pool.close()
 
     def node(self, safeguards: Safeguards) -> TransactionalToolsNode:
         """A fresh tools node on this process's pool (its hooks are the episode's own)."""
@@ -194,8 +202,36 @@ class AgentProcess:
         self._nodes.pop(thread_id, None)
 
 
+class RunAccess:
+    """What a fault reaches through one episode's run, whichever runner made it (:class:`EpisodeRun`, the
+    yardstick's ``AgentRun``): the harness's pool and provider, the preset's schema, and a process crash.
+    A subclass has ``harness``, ``safeguards``, ``thread_id`` and ``notes``, and names its saver in
+    :meth:`episode_saver`."""
+
+    def episode_saver(self) -> CrashableSaver:
+        raise NotImplementedError
+
+    @property
+    def pool(self):
+        return self.harness.pool
+
+    @property
+    def provider(self):
+        return self.harness.provider
+
+    @property
+    def schema(self) -> str:
+        return self.safeguards.schema
+
+    def crash(self, where: str) -> SimulatedCrash:
+        """The process dies here: its saver writes nothing more for this thread. Raise the result."""
+        self.episode_saver().kill(self.thread_id)
+        self.notes.setdefault("crashes", []).append(where)
+        return SimulatedCrash(f"simulated process crash {where} (thread {self.thread_id})")
+
+
 @dataclass
-class EpisodeRun:
+class EpisodeRun(RunAccess):
     """One episode in progress: what a fault may act on.
 
     ``pool`` is the harness's pool, for "another session" (a lock holder, a killer, a fault's
@@ -219,23 +255,8 @@ class EpisodeRun:
     notes: dict[str, Any] = field(default_factory=dict)
     background: list = field(default_factory=list)
 
-    @property
-    def pool(self):
-        return self.harness.pool
-
-    @property
-    def provider(self):
-        return self.harness.provider
-
-    @property
-    def schema(self) -> str:
-        return self.safeguards.schema
-
-    def crash(self, where: str) -> SimulatedCrash:
-        """The process dies here: its saver writes nothing more for this thread. Raise the result."""
-        self.process.saver.kill(self.thread_id)
-        self.notes.setdefault("crashes", []).append(where)
-        return SimulatedCrash(f"simulated process crash {where} (thread {self.thread_id})")
+    def episode_saver(self) -> CrashableSaver:
+        return self.process.saver
 
 
 @dataclass

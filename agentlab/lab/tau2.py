@@ -39,7 +39,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -306,15 +306,9 @@ class SlowOrderWrite(SlowStatement):
 
     scenarios: tuple[str, ...] = ()
 
-    async def install(self, pool) -> None:
-        async with pool.connection() as conn:
-            if await (await conn.execute(ORDER_SLOW_INSTALLED)).fetchone() is None:
-                await conn.execute("SELECT pg_advisory_lock(4245)")  # one installer at a time
-                try:
-                    if await (await conn.execute(ORDER_SLOW_INSTALLED)).fetchone() is None:
-                        await conn.execute(ORDER_SLOW_DDL)
-                finally:
-                    await conn.execute("SELECT pg_advisory_unlock(4245)")
+    installed_sql: ClassVar[str] = ORDER_SLOW_INSTALLED
+    install_ddl: ClassVar[str] = ORDER_SLOW_DDL
+    install_lock: ClassVar[int] = 4245
 
     async def arm(self, run) -> None:
         order_id = _first_written_order(run)

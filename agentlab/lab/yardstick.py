@@ -57,10 +57,10 @@ from agentlab.core.outbox import OutboxWorker
 from agentlab.lab.agents import AgentContext, AgentSpec, resolve_agent
 from agentlab.lab.faults import fault_scenarios
 from agentlab.lab.invariants import KINDS, check_episode
-from agentlab.lab.runner import CrashableSaver
+from agentlab.lab.runner import CrashableSaver, PoolPair, RunAccess
 from agentlab.lab.wire import NetworkProvider, Wire, WiredConnection
 from agentlab.lab.yardstick_faults import NA, YardstickFault, get_yardstick_fault
-from agentlab.runtime.harness import POOL_TIMEOUT_S, Episode, Harness, checkpointer_pool
+from agentlab.runtime.harness import Episode, Harness, checkpointer_pool
 from agentlab.sim.model import ScriptedChatModel
 
 QUIET_CAP_S = 5.0  # how long an episode waits for the work its agent left running
@@ -106,7 +106,7 @@ def _has_tool_message(value: Any) -> bool:
     return isinstance(value, (list, tuple)) and any(isinstance(v, ToolMessage) for v in value)
 
 
-class EpisodeProcess:
+class EpisodeProcess(PoolPair):
     """One agent process of an episode: its own autocommit pool (psycopg_pool's default size, four
     connections, as a user opens one: ``AsyncConnectionPool(url, kwargs={"autocommit": True})``),
     its checkpointer pool and saver."""
@@ -122,24 +122,15 @@ class EpisodeProcess:
         conn.wire = self.wire
 
     async def open(self) -> EpisodeProcess:
-        try:
-            await self.pool.open(wait=True, timeout=POOL_TIMEOUT_S)
-            await self.checkpointer_pool.open(wait=True, timeout=POOL_TIMEOUT_S)
-        except BaseException:
-            await self.close()
-            raise
+        await self.open_pools()
         self.saver = YardstickSaver(self.checkpointer_pool)
         return self
-
-    async def close(self) -> None:
-        await self.checkpointer_pool.close()
-        await self.pool.close()
 
 
 # --------------------------------------------------------------------------- one episode
 
 @dataclass
-class AgentRun:
+class AgentRun(RunAccess):
     """One episode of one agent under one fault: what a fault acts on while it runs, and the outcome.
 
     ``pool`` is the harness's (another session: the lock holder, the killer); ``saver``, ``node`` and
@@ -169,23 +160,8 @@ class AgentRun:
     outbox: bool = False
     background: list = field(default_factory=list)
 
-    @property
-    def pool(self):
-        return self.harness.pool
-
-    @property
-    def provider(self):
-        return self.harness.provider
-
-    @property
-    def schema(self) -> str:
-        return self.safeguards.schema
-
-    def crash(self, where: str) -> SimulatedCrash:
-        """The process dies here: its saver writes nothing more for this thread. Raise the result."""
-        self.saver.kill(self.thread_id)
-        self.notes.setdefault("crashes", []).append(where)
-        return SimulatedCrash(f"simulated process crash {where} (thread {self.thread_id})")
+    def episode_saver(self):
+        return self.saver
 
     def counts(self) -> dict[str, int]:
         """Violations by kind (every kind of :data:`agentlab.lab.invariants.KINDS`, then a domain's own)."""

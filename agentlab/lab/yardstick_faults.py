@@ -26,6 +26,7 @@ from agentlab.lab.faults import (
     SLOW_DISARM,
     TERMINATE,
     WAIT_CAP_S,
+    DiesAfterPayment,
     Fault,
     SlowStatement,
     get_fault,
@@ -103,32 +104,12 @@ class CrashAfterPayment(Fault):
 
             run.worker.hooks.after_provider_call.append(die)
         else:
-            run.agent_provider = _DiesAfterPayment(run.network_provider, run)
+            run.agent_provider = DiesAfterPayment(run.network_provider, run, where="after the provider call",
+                                                  note_payment=False)
 
     async def before_restart(self, run) -> None:
         if self.forget_keys:
             run.provider.clock.advance(run.provider.retention_s + 2 * 86400)
-
-
-class _DiesAfterPayment:
-    """The provider as the agent's process sees it: the process dies once a payment call has returned."""
-
-    def __init__(self, provider, run):
-        self._provider, self._run = provider, run
-
-    def __getattr__(self, name):
-        return getattr(self._provider, name)
-
-    async def _after(self, response: dict) -> dict:
-        if not self._run.notes.get("crashes"):
-            raise self._run.crash("after the provider call")
-        return response
-
-    async def create_charge(self, *args, **kwargs) -> dict:
-        return await self._after(await self._provider.create_charge(*args, **kwargs))
-
-    async def create_refund(self, *args, **kwargs) -> dict:
-        return await self._after(await self._provider.create_refund(*args, **kwargs))
 
 
 @dataclass(frozen=True)
