@@ -128,6 +128,9 @@ _EXPORTS = {
     "lab.experiments": (
         "ExperimentResult", "run_experiment", "safeguard_effects", "summarize",
     ),
+    "lab.anomalies": (
+        "isolation_matrix",
+    ),
     "lab.concurrency": (
         "Rendezvous", "check_concurrency",
     ),
@@ -167,7 +170,7 @@ _EXPORTS = {
         "YARDSTICK_FAULTS", "register_fault",
     ),
     "lab.yardstick_table": (
-        "YardstickResult", "run_yardstick",
+        "YardstickResult", "run_yardstick", "versions",
     ),
     "runtime.db": (
         "DatabaseMissing", "DatabaseUnavailable", "create_database", "drop_database", "server_url",

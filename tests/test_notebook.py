@@ -41,3 +41,22 @@ def test_each_committed_notebook_names_its_kernel_as_jupyterlab_writes_it():
     differ = {p.name: json.loads(p.read_text())["metadata"]["kernelspec"] for p in notebooks}
     assert {n: k for n, k in differ.items() if k != wanted} == {}
     assert wanted["display_name"] == "Python 3 (ipykernel)"
+
+
+def test_notebooks_and_solutions_import_the_kit_from_agentlab_only():
+    """What a learner copies must use the public names (``from agentlab import ...``), never a submodule."""
+    import json
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    pattern = re.compile(r"^\s*(from|import)\s+agentlab\.", re.MULTILINE)
+    found = []
+    for path in sorted((root / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] == "code" and pattern.search("".join(cell["source"])):
+                found.append(path.name)
+    for path in sorted((root / "solutions").glob("*.py")):
+        if pattern.search(path.read_text()):
+            found.append(path.name)
+    assert found == []
