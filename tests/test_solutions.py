@@ -3,35 +3,107 @@ reads back from the database and the provider are the ones its notebook promises
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 
-from agentlab.lab.batches import tool_calls
 from agentlab.core.errors import find_leaks
 from agentlab.core.safeguards import preset
-from solutions import ex02_constraints, ex03_validation, ex04_errors, ex05_transactions, ex06_graph, ex07_ledger
+from agentlab.lab.batches import tool_calls
+from agentlab.lab.exercises import check, exercises, get_exercise, reference, solution
 from solutions import (
-    ex08_outbox, ex09_failure_lab, ex10_safeguards, ex11_sagas, ex12_approval, ex13_history, ex14_observability,
+    ex02_constraints,
+    ex03_validation,
+    ex04_errors,
+    ex05_transactions,
+    ex06_graph,
+    ex07_ledger,
+    ex08_outbox,
+    ex09_failure_lab,
+    ex10_safeguards,
+    ex11_sagas,
+    ex12_approval,
+    ex13_history,
+    ex14_observability,
     ex15_tenancy,
     ex18_two_conversations,
 )
 
-
-@pytest.mark.parametrize("preset_name,expected", [
-    ("naive", {"refund_rows": 2, "provider_refunds": 2, "second_call": "applied"}),
-    ("constraints", {"refund_rows": 1, "provider_refunds": 1, "second_call": "failed"}),
-])
-async def test_ex02_1_a_resent_refund_is_stored_and_paid_once_only_with_the_unique_key(harness, preset_name, expected):
-    assert await ex02_constraints.duplicate_refund(harness, preset_name) == expected
+ROOT = Path(__file__).resolve().parent.parent
+EXERCISES = exercises()
 
 
-async def test_ex02_2_a_check_is_added_not_valid_then_validated_after_the_repair(harness):
-    expected = {
-        "balance_after_naive_deduction": -500, "add_constraint": "23514", "add_constraint_not_valid": "ok",
-        "new_over_balance_deduction": "failed", "other_balance": 1000, "old_row_balance": -500,
-        "validate_before_repair": "23514", "validate_after_repair": "ok",
-    }
-    assert await ex02_constraints.check_on_a_table_with_bad_rows(harness) == expected
-    assert await ex02_constraints.check_on_a_table_with_bad_rows(harness) == expected  # runs again on one database
+def test_a_notebook_with_registered_exercises_states_stubs_and_checks_each_of_them():
+    """Each ``## Exercise N.M`` of a notebook whose exercises are registered is registered, and the
+    notebook defines the function the exercise names and checks it with ``await check("N.M", ...)``."""
+    registered = {}
+    for e in EXERCISES:
+        registered.setdefault(int(e.id.split(".")[0]), []).append(e)
+    assert registered, "no exercise registered"
+    for number, listed in registered.items():
+        (path,) = (ROOT / "notebooks").glob(f"{number:02d}_*.ipynb")
+        cells = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]]
+        headings = [h for c in cells for h in re.findall(r"^## Exercise (\d+\.\d+)", c, re.MULTILINE)]
+        assert headings == [e.id for e in listed], path.name
+        for e in listed:
+            assert any(re.search(rf"^(async )?def {e.function}\(", c, re.MULTILINE) for c in cells), (e.id, e.function)
+            assert f'await check("{e.id}", {e.function})' in cells, e.id
+            assert not any(re.search(r"^from solutions", c, re.MULTILINE) for c in cells), path.name
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=[e.id for e in EXERCISES])
+async def test_each_reference_solution_passes_its_own_check(exercise, capsys):
+    """The reference solution, run as ``check`` runs a learner's function (a fresh database per case),
+    returns every value the notebook's statement promises; the expected values live in
+    ``agentlab/lab/exercises/nbNN.py`` alone."""
+    assert await check(exercise.id, reference(exercise))
+    out = capsys.readouterr().out
+    assert "FAILED" not in out and "not written yet" not in out
+    assert out.count("passed: ") >= max(1, len(exercise.cases))
+
+
+async def test_a_stub_a_wrong_answer_and_a_crash_are_told_apart(capsys):
+    async def stub(h, preset_name) -> dict:
+        raise NotImplementedError
+
+    async def wrong(h, preset_name) -> dict:
+        return {"refund_rows": 2, "provider_refunds": 2}
+
+    async def crashes(h, preset_name) -> dict:
+        raise KeyError("refunds")
+
+    assert not await check("2.1", stub)
+    assert capsys.readouterr().out == "not written yet: fill in `duplicate_refund` above\n"
+    assert not await check("2.1", wrong)
+    out = capsys.readouterr().out.splitlines()
+    assert out[:4] == ["duplicate_refund(h, 'naive'):", "  passed: refund_rows = 2", "  passed: provider_refunds = 2",
+                       "  FAILED: second_call missing, expected 'applied'; hint: " + get_exercise("2.1").hint("second_call")]
+    assert out[5].startswith("  FAILED: refund_rows = 2, expected 1; hint: ")
+    assert not await check("2.1", crashes)
+    assert capsys.readouterr().out.startswith("FAILED: duplicate_refund(h, 'naive') raised KeyError: 'refunds'; hint: ")
+
+
+async def test_solution_shows_the_reference_source_with_what_it_needs_then_checks_it(capsys):
+    assert await solution("2.2")
+    out = capsys.readouterr().out
+    assert "async def check_on_a_table_with_bad_rows(h) -> dict:" in out
+    assert "async def _try(conn, statement: str) -> str:" in out and 'VALIDATE_CHECK = "ALTER TABLE' in out
+    assert "import psycopg" in out and "__future__" not in out
+    assert out.count("passed: ") == 8
+
+
+def test_an_unknown_exercise_names_the_ones_that_exist():
+    with pytest.raises(ValueError, match=r"notebook 2 has 2\.1, 2\.2"):
+        get_exercise("2.9")
+    with pytest.raises(ValueError, match="such as '2.1'"):
+        get_exercise("two")
+
+
+async def test_ex02_2_runs_again_on_one_database(harness):
+    first = await ex02_constraints.check_on_a_table_with_bad_rows(harness)
+    assert await ex02_constraints.check_on_a_table_with_bad_rows(harness) == first
 
 
 @pytest.mark.parametrize("preset_name,expected", [
