@@ -201,8 +201,11 @@ async def _run_case(exercise: Exercise, case: Case, fn: Callable) -> list[Verdic
     return _compare(case.expected, got)
 
 
-async def check(exercise_id: str, fn: Callable) -> bool:
+async def check(exercise_id: str, fn: Callable, **given: Any) -> bool:
     """Check ``fn``, the learner's answer to exercise ``exercise_id``, and print a line per value.
+
+    ``given``: what the notebook made that an exercise's ``verify`` needs besides ``fn`` (notebook 16's
+    domain: ``await check("16.1", no_payout_without_its_intent, domain=PAYOUTS)``); passed to ``verify``.
 
     Each case runs on a fresh database (made and dropped here). Prints ``passed: key = value`` or
     ``FAILED: key = value, expected ...; hint: ...`` per value, under a line naming the call when the
@@ -217,10 +220,12 @@ async def check(exercise_id: str, fn: Callable) -> bool:
     exercise = get_exercise(exercise_id)
     try:
         if exercise.verify is not None:
-            verdicts = list(await _maybe_await(exercise.verify(fn)))
+            verdicts = list(await _maybe_await(exercise.verify(fn, **given)))
             for verdict in verdicts:
                 _print(verdict, exercise, "")
             return all(v.passed for v in verdicts)
+        if given:
+            raise TypeError(f"exercise {exercise.id} takes no arguments besides the function (got {', '.join(given)})")
         ok = True
         many = len(exercise.cases) > 1
         for case in exercise.cases:
@@ -291,9 +296,9 @@ def solution_source(exercise: Exercise | str) -> str:
     return out
 
 
-async def solution(exercise_id: str) -> bool:
+async def solution(exercise_id: str, **given: Any) -> bool:
     """Print the reference solution of ``exercise_id`` (see :func:`solution_source`), then check it as
-    :func:`check` checks a learner's function; returns what the check returns.
+    :func:`check` checks a learner's function (with ``given``, as there); returns what the check returns.
 
     Raises:
         ValueError: no exercise ``exercise_id``.
@@ -302,5 +307,6 @@ async def solution(exercise_id: str) -> bool:
     print(f"# {exercise.solution.replace(':', '.')}, exercise {exercise.id} · {exercise.title}")
     print(solution_source(exercise))
     print()
-    print(f"# await check({exercise.id!r}, {exercise.function})")
-    return await check(exercise_id, reference(exercise))
+    shown = "".join(f", {k}=..." for k in given)
+    print(f"# await check({exercise.id!r}, {exercise.function}{shown})")
+    return await check(exercise_id, reference(exercise), **given)
