@@ -79,6 +79,13 @@ async def test_a_stub_a_wrong_answer_and_a_crash_are_told_apart(capsys):
     assert capsys.readouterr().out.startswith("FAILED: duplicate_refund(h, 'naive') raised KeyError: 'refunds'; hint: ")
 
 
+async def test_an_exercise_with_its_own_verify_checks_a_plain_function(capsys):
+    assert not await check("3.2", lambda cases: ["accepted"] * len(cases))
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["passed"] + ["FAILED"] * 4 + ["passed"]
+    assert lines[1].startswith("FAILED: the same customer twice = 'accepted', expected a refusal")
+
+
 async def test_solution_shows_the_reference_source_with_what_it_needs_then_checks_it(capsys):
     assert await solution("2.2")
     out = capsys.readouterr().out
