@@ -1,5 +1,6 @@
-"""The notebooks' exercises: each solution in ``solutions/`` runs on a fresh database and the values it
-reads back from the database and the provider are the ones its notebook promises."""
+"""The notebooks' exercises: each reference solution in ``solutions/``, run through ``check`` as a learner's
+function is (a fresh database per case), returns the values its notebook promises, which are written once,
+in ``agentlab/lab/exercises/nbNN.py``; the tests below them assert what a value comparison cannot."""
 
 from __future__ import annotations
 
@@ -10,17 +11,10 @@ from pathlib import Path
 import pytest
 
 from agentlab.core.errors import find_leaks
-from agentlab.core.safeguards import preset
-from agentlab.lab.batches import tool_calls
 from agentlab.lab.exercises import check, exercises, get_exercise, reference, solution
 from solutions import (
     ex02_constraints,
     ex03_validation,
-    ex04_errors,
-    ex05_transactions,
-    ex06_graph,
-    ex07_ledger,
-    ex08_outbox,
     ex10_safeguards,
     ex15_tenancy,
 )
@@ -55,7 +49,7 @@ async def test_each_reference_solution_passes_its_own_check(exercise, capsys):
     ``agentlab/lab/exercises/nbNN.py`` alone."""
     assert await check(exercise.id, reference(exercise))
     out = capsys.readouterr().out
-    assert "FAILED" not in out and "not written yet" not in out
+    assert not re.search(r"^\s*FAILED: ", out, re.MULTILINE) and "not written yet" not in out
     assert out.count("passed: ") >= max(1, len(exercise.cases))
 
 
@@ -80,6 +74,13 @@ async def test_a_stub_a_wrong_answer_and_a_crash_are_told_apart(capsys):
     assert capsys.readouterr().out.startswith("FAILED: duplicate_refund(h, 'naive') raised KeyError: 'refunds'; hint: ")
 
 
+async def test_an_exercise_with_its_own_verify_checks_a_plain_function(capsys):
+    assert not await check("3.2", lambda cases: ["accepted"] * len(cases))
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["passed"] + ["FAILED"] * 4 + ["passed"]
+    assert lines[1].startswith("FAILED: the same customer twice = 'accepted', expected a refusal")
+
+
 async def test_solution_shows_the_reference_source_with_what_it_needs_then_checks_it(capsys):
     assert await solution("2.2")
     out = capsys.readouterr().out
@@ -101,14 +102,6 @@ async def test_ex02_2_runs_again_on_one_database(harness):
     assert await ex02_constraints.check_on_a_table_with_bad_rows(harness) == first
 
 
-@pytest.mark.parametrize("preset_name,expected", [
-    ("constraints", {"outcomes": ["applied", "applied"], "march_invoices": 2}),
-    ("validated", {"outcomes": ["failed", "applied"], "march_invoices": 1}),
-])
-async def test_ex03_1_a_mid_month_period_slips_past_the_natural_key_without_validation(harness, preset_name, expected):
-    assert await ex03_validation.march_invoices(harness, preset_name) == expected
-
-
 def test_ex03_2_transfer_credit_has_a_strict_model_and_a_cross_field_rule():
     outcomes = ex03_validation.transfer_outcomes([
         {"from_customer_id": 1, "to_customer_id": 2, "amount_cents": 500},
@@ -126,92 +119,6 @@ def test_ex03_2_transfer_credit_has_a_strict_model_and_a_cross_field_rule():
     assert [find_leaks(o) for o in outcomes] == [[]] * 5
 
 
-@pytest.mark.parametrize("preset_name,expected", [
-    ("constraints", {"tool_messages": 18, "leaking": 10, "kinds": ["identifier", "sql"]}),
-    ("full", {"tool_messages": 6, "leaking": 0, "kinds": []}),
-])
-async def test_ex04_1_raw_errors_leak_in_an_episode_and_translated_ones_do_not(harness, preset_name, expected):
-    assert await ex04_errors.leaking_messages(harness, preset_name) == expected
-
-
-async def test_ex04_2_a_tool_call_id_leads_back_to_its_sqlstate_and_constraint(harness):
-    calls = tool_calls(("ApplyCredit", {"customer_id": 5, "amount_cents": 999_999}),
-                       ("LookupCustomer", {"customer_id": 5}), prefix="trace")
-    await harness.node(preset("full").replace(policy="partial")).run_batch(calls, tenant_id="initech", thread_id="t-ex04")
-    assert await ex04_errors.explain_call(harness, "trace-1") == {
-        "tool": "ApplyCredit", "outcome": "failed", "sqlstate": "23514",
-        "error_class": "psycopg.errors.CheckViolation", "constraint": "customers_credit_nonnegative",
-    }
-    assert await ex04_errors.explain_call(harness, "trace-2") == {
-        "tool": "LookupCustomer", "outcome": "applied", "sqlstate": None, "error_class": None, "constraint": None,
-    }
-    assert (await ex04_errors.explain_call(harness, "no-such-call"))["tool"] is None
-
-
-@pytest.mark.parametrize("preset_name,expected", [
-    ("transaction", {"invoices": 0, "final_credit_cents": 0, "provider_charges": 0, "commit_rolled_back_events": 1}),
-    ("savepoints", {"invoices": 1, "final_credit_cents": 0, "provider_charges": 1, "commit_rolled_back_events": 0}),
-])
-async def test_ex05_1_without_savepoints_the_invoice_is_lost_and_the_credit_spent(harness, preset_name, expected):
-    assert await ex05_transactions.invoice_story(harness, preset_name) == expected
-
-
-@pytest.mark.parametrize("policy,expected", [
-    ("atomic", {"outcomes": ["failed", "not_applied", "not_applied"], "invoices": 0, "credit_memos": 0}),
-    ("partial", {"outcomes": ["failed", "failed", "applied"], "invoices": 0, "credit_memos": 1}),
-])
-async def test_ex05_2_partial_keeps_the_independent_call_and_fails_the_dependent_one(harness, policy, expected):
-    assert await ex05_transactions.dependent_batch(harness, policy) == expected
-
-
-@pytest.mark.parametrize("timeouts,expected", [
-    ((2000, 50), {"escalated": True, "batches": 3, "infrastructure_errors": 9, "timeouts_told_to_the_model": 0,
-                  "final_credit_cents": 2500}),
-    ((50, 300), {"escalated": True, "batches": 3, "infrastructure_errors": 0, "timeouts_told_to_the_model": 3,
-                 "final_credit_cents": 2500}),
-])
-async def test_ex06_1_a_lock_timeout_is_retried_and_a_statement_timeout_is_told(harness, timeouts, expected):
-    assert await ex06_graph.held_lock(harness, *timeouts) == expected
-
-
-async def test_ex06_2_a_lock_released_during_the_retry_costs_one_attempt(harness):
-    assert await ex06_graph.lock_released_on_retry(harness) == {
-        "attempts": 2, "outcome": "applied", "final_credit_cents": 2400,
-    }
-
-
-@pytest.mark.parametrize("crash_point,ledger,deducted,ledger_rows", [
-    ("before_commit", True, 2500, 3),
-    ("before_commit", False, 2500, 0),
-    ("after_commit", True, 2500, 3),
-    ("after_commit", False, 5000, 0),
-])
-async def test_ex07_1_only_a_crash_after_the_commit_needs_the_ledger(harness, crash_point, ledger, deducted,
-                                                                     ledger_rows):
-    assert await ex07_ledger.crash_and_resume(harness, ledger=ledger, crash_point=crash_point) == {
-        "credit_deducted_cents": deducted, "credit_memos": 1, "provider_refunds": 1, "ledger_rows": ledger_rows,
-    }
-
-
-async def test_ex07_2_the_ledger_remembers_what_the_crashed_run_applied(harness):
-    await ex07_ledger.crash_and_resume(harness, ledger=True, crash_point="after_commit", thread_id="t-ex07")
-    report = await ex07_ledger.ledger_report(harness, "t-ex07")
-    assert report.to_dict("records") == [
-        {"tool": tool, "applied": 1, "replayed": 1, "ledger_rows": 1}  # applied: rebuilt from the ledger (C38)
-        for tool in ("ApplyCredit", "CreateCreditMemo", "QueueRefund")
-    ]
-
-
-async def test_ex08_1_a_forgotten_key_still_pays_once(harness):
-    assert await ex08_outbox.late_recovery(harness, days=3) == {
-        "status": "dispatched", "reconciled": 1, "charges_at_provider": 1,
-    }
-
-
-async def test_ex08_2_two_workers_share_the_queue_without_doubles(harness):
-    assert await ex08_outbox.two_workers(harness) == {
-        "dispatched": 10, "charges_at_provider": 10, "distinct_references": 10,
-    }
 
 
 async def test_ex10_1_a_switch_that_cannot_be_off_alone_is_refused(harness):

@@ -45,13 +45,15 @@ _NOT_WRITTEN = "not written yet: fill in `{function}` above"
 @dataclass(frozen=True)
 class Verdict:
     """One value of a check: its ``name``, the ``value`` the function gave, whether it ``passed``, what
-    was ``expected`` (shown when it failed) and a ``hint`` (None: the exercise's hint for ``name``)."""
+    was ``expected`` (shown with ``repr`` when it failed, or ``expected_text`` as written when that is
+    given, for a rule rather than a value) and a ``hint`` (None: the exercise's hint for ``name``)."""
 
     name: str
     value: Any
     passed: bool
     expected: Any = None
     hint: str | None = None
+    expected_text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,7 @@ def _compare(expected: Any, got: Any) -> list[Verdict]:
     if not isinstance(expected, Mapping):
         return [Verdict("result", got, got == expected, expected)]
     if not isinstance(got, Mapping):
-        return [Verdict("result", got, False, f"a dict with keys {', '.join(expected)}")]
+        return [Verdict("result", got, False, expected_text=f"a dict with the keys {', '.join(expected)}")]
     out = []
     for key, want in expected.items():
         if key not in got:
@@ -188,7 +190,8 @@ def _print(verdict: Verdict, exercise: Exercise, indent: str) -> None:
     else:
         hint = verdict.hint or exercise.hint(verdict.name)
         shown = "missing" if verdict.value == "(missing)" else f"= {verdict.value!r}"
-        print(f"{indent}FAILED: {verdict.name} {shown}, expected {verdict.expected!r}; hint: {hint}")
+        expected = verdict.expected_text if verdict.expected_text is not None else repr(verdict.expected)
+        print(f"{indent}FAILED: {verdict.name} {shown}, expected {expected}; hint: {hint}")
 
 
 async def _run_case(exercise: Exercise, case: Case, fn: Callable) -> list[Verdict]:
