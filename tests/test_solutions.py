@@ -60,6 +60,9 @@ async def test_a_stub_a_wrong_answer_and_a_crash_are_told_apart(capsys):
     async def wrong(h, preset_name) -> dict:
         return {"refund_rows": 2, "provider_refunds": 2}
 
+    async def a_frame(h, preset_name) -> dict:
+        return {"refund_rows": await h.df("SELECT 2 AS n")}
+
     async def crashes(h, preset_name) -> dict:
         raise KeyError("refunds")
 
@@ -70,6 +73,8 @@ async def test_a_stub_a_wrong_answer_and_a_crash_are_told_apart(capsys):
     assert out[:4] == ["duplicate_refund(h, 'naive'):", "  passed: refund_rows = 2", "  passed: provider_refunds = 2",
                        "  FAILED: second_call missing, expected 'applied'; hint: " + get_exercise("2.1").hint("second_call")]
     assert out[5].startswith("  FAILED: refund_rows = 2, expected 1; hint: ")
+    assert not await check("2.1", a_frame)
+    assert capsys.readouterr().out.splitlines()[1].startswith("  FAILED: refund_rows = <a DataFrame of shape (1, 1)>, ")
     assert not await check("2.1", crashes)
     assert capsys.readouterr().out.startswith("FAILED: duplicate_refund(h, 'naive') raised KeyError: 'refunds'; hint: ")
 

@@ -40,6 +40,7 @@ __all__ = ["Case", "Exercise", "Verdict", "check", "exercises", "get_exercise", 
 
 _ID = re.compile(r"^(\d{1,2})\.(\d+)$")
 _NOT_WRITTEN = "not written yet: fill in `{function}` above"
+_MISSING = type("Missing", (), {"__repr__": lambda self: "missing"})()  # a key the function did not return
 
 
 @dataclass(frozen=True)
@@ -165,18 +166,26 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _equal(got: Any, want: Any) -> bool:
+    """``got == want`` as one bool; a value with no such comparison (a DataFrame, an array) is not equal."""
+    try:
+        return bool(got == want)
+    except (TypeError, ValueError):
+        return False
+
+
 def _compare(expected: Any, got: Any) -> list[Verdict]:
     got = _plain(got)
     if not isinstance(expected, Mapping):
-        return [Verdict("result", got, got == expected, expected)]
+        return [Verdict("result", got, _equal(got, expected), expected)]
     if not isinstance(got, Mapping):
         return [Verdict("result", got, False, expected_text=f"a dict with the keys {', '.join(expected)}")]
     out = []
     for key, want in expected.items():
         if key not in got:
-            out.append(Verdict(key, "(missing)", False, want))
+            out.append(Verdict(key, _MISSING, False, want))
         else:
-            out.append(Verdict(key, got[key], got[key] == want, want))
+            out.append(Verdict(key, got[key], _equal(got[key], want), want))
     return out
 
 
@@ -184,23 +193,43 @@ async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
+def _shown(value: Any) -> str:
+    """``repr(value)`` on one line; a DataFrame, Series or array by its type and shape (a plain value is due)."""
+    shape = getattr(value, "shape", None)
+    if shape not in (None, ()):
+        return f"<a {type(value).__name__} of shape {shape}>"
+    return repr(value).replace("\n", " ")
+
+
 def _print(verdict: Verdict, exercise: Exercise, indent: str) -> None:
     if verdict.passed:
-        print(f"{indent}passed: {verdict.name} = {verdict.value!r}")
+        print(f"{indent}passed: {verdict.name} = {_shown(verdict.value)}")
     else:
         hint = verdict.hint or exercise.hint(verdict.name)
-        shown = "missing" if verdict.value == "(missing)" else f"= {verdict.value!r}"
+        shown = "missing" if verdict.value is _MISSING else f"= {_shown(verdict.value)}"
         expected = verdict.expected_text if verdict.expected_text is not None else repr(verdict.expected)
         print(f"{indent}FAILED: {verdict.name} {shown}, expected {expected}; hint: {hint}")
 
 
-async def _run_case(exercise: Exercise, case: Case, fn: Callable) -> list[Verdict]:
+class _LearnerError(Exception):
+    """The learner's function (or what ``read`` made of its result) raised ``error``."""
+
+    def __init__(self, error: Exception):
+        super().__init__(f"{type(error).__name__}: {error}")
+
+
+async def _run_case(case: Case, fn: Callable) -> list[Verdict]:
     async with await Harness.open(purpose="exercise", domain=case.domain) as h:
         if case.setup is not None:
             await case.setup(h)
-        got = await _maybe_await(fn(h, *case.args, **dict(case.kwargs)))
-        if case.read is not None:
-            got = case.read(got)
+        try:
+            got = await _maybe_await(fn(h, *case.args, **dict(case.kwargs)))
+            if case.read is not None:
+                got = case.read(got)
+        except NotImplementedError:
+            raise
+        except Exception as exc:  # the learner's code failed: check says so and goes on with the next case
+            raise _LearnerError(exc) from exc
     return _compare(case.expected, got)
 
 
@@ -213,8 +242,8 @@ async def check(exercise_id: str, fn: Callable, **given: Any) -> bool:
     Each case runs on a fresh database (made and dropped here). Prints ``passed: key = value`` or
     ``FAILED: key = value, expected ...; hint: ...`` per value, under a line naming the call when the
     exercise has more than one case; ``not written yet: ...`` (once) when ``fn`` raises
-    ``NotImplementedError``; ``FAILED: <call> raised <error>; hint: ...`` for any other error. Returns True
-    when every value passed.
+    ``NotImplementedError``; ``FAILED: <call> raised <error>; hint: ...`` for any other error ``fn``
+    raises (the next case still runs). Returns True when every value passed.
 
     Raises:
         ValueError: no exercise ``exercise_id``.
@@ -234,11 +263,9 @@ async def check(exercise_id: str, fn: Callable, **given: Any) -> bool:
         for case in exercise.cases:
             call = case.call_text(exercise.function)
             try:
-                verdicts = await _run_case(exercise, case, fn)
-            except NotImplementedError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the learner's code failed: say so, go on with the next case
-                print(f"FAILED: {call} raised {type(exc).__name__}: {exc}; hint: {exercise.hint('*')}")
+                verdicts = await _run_case(case, fn)
+            except _LearnerError as exc:
+                print(f"FAILED: {call} raised {exc}; hint: {exercise.hint('*')}")
                 ok = False
                 continue
             if many:
