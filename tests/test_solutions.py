@@ -175,6 +175,13 @@ async def test_ex16_1_check_takes_the_notebooks_domain_and_a_silent_invariant_fa
     assert not await check("16.1", silent, domain=DOMAIN)
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "passed: lines for a clean episode under full = 0"
-    assert out[1].startswith("FAILED: lines for backend_killed under ledger = 0, expected 'at least 1'; hint: ")
+    assert out[1].startswith("FAILED: lines for backend_killed under ledger = 0, expected at least 1; hint: ")
     with pytest.raises(TypeError, match="takes no arguments besides the function"):
         await check("2.1", silent, domain=DOMAIN)
+
+    async def broken(ctx) -> list[str]:
+        raise KeyError("payouts")
+
+    assert not await check("16.1", broken, domain=DOMAIN)
+    out = capsys.readouterr().out
+    assert out.startswith("FAILED: no_payout_without_its_intent(ctx) = ") and "raised KeyError: 'payouts'" in out

@@ -16,9 +16,16 @@ async def _verify_invariant(fn, domain=None):
             from examples.payouts import DOMAIN as domain
         except ImportError:
             raise ValueError("exercise 16.1 needs the notebook's domain: await check('16.1', fn, domain=PAYOUTS)") from None
-    clean, broken = await invariant_line_counts(fn, domain, fault="backend_killed", preset="ledger", seed=0)
+    try:
+        clean, broken = await invariant_line_counts(fn, domain, fault="backend_killed", preset="ledger", seed=0)
+    except NotImplementedError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the learner's invariant failed: say so, as check does
+        return [Verdict("no_payout_without_its_intent(ctx)", f"raised {type(exc).__name__}: {exc}", False,
+                        expected_text="a list of str", hint="run your SQL on ctx.conn; % in a LIKE pattern is %%")]
     return [Verdict("lines for a clean episode under full", clean, clean == 0, 0, CLEAN_HINT),
-            Verdict("lines for backend_killed under ledger", broken, broken > 0, "at least 1", BROKEN_HINT)]
+            Verdict("lines for backend_killed under ledger", broken, broken > 0, expected_text="at least 1",
+                    hint=BROKEN_HINT)]
 
 
 EXERCISES = (
