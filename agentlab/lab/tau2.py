@@ -18,6 +18,10 @@ The faults (:data:`FAULTS`) are the catalog's, fitted to turns of one call each:
 ``crash_before_checkpoint``  the process dies after the first writing batch's COMMIT, before its checkpoint
 ``hallucinated_order_id``  every order id is first sent without its ``#`` (``W2378156``); the model resends it
                            fixed once told the order was not found
+``check_violation``        every cancel reason is first sent capitalized (``No longer needed``): the CHECK on
+                           ``orders.cancel_reason`` refuses the UPDATE, after a gift card's refund statement
+``fk_violation``           every exchange first names the description's example payment method of its kind
+                           (``gift_card_0000000``): the FOREIGN KEY on the order's exchange payment method refuses it
 ``lock_timeout``           another session holds the first written order's row lock (``FOR UPDATE``) for 1 s
 ``statement_timeout``      a trigger holds the first written order's writes (its row, an item, a new payment)
                            until 0.25 s past the statement timeout (scaled to 250 ms where timeouts are on)
