@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 import time
 import uuid
@@ -141,7 +142,8 @@ class Rendezvous:
             if await self._blocked_by_me(party, waiting_for):
                 return "the other waits on this one's lock"
             await asyncio.sleep(POLL_S)
-        return "timeout"
+        # a busy event loop (many episodes at once) may wake this wait only after its deadline: look once more
+        return done if not pending() else "timeout"
 
     async def _blocked_by_me(self, party: str, others: list[str]) -> bool:
         mine = self.pids.get(party)
@@ -277,13 +279,13 @@ async def run_concurrent(lab, fault: Concurrent, sg, *, scenario: str, seed: int
     conversations at once, the outbox drained, the invariants of the billing checker plus :data:`KINDS`.
     Returns ``(episode, end state scenario, notes, violations)``; the runner makes its FaultRun of them.
     ``notes`` holds ``rendezvous`` (what the barrier did), ``refused`` (conversations the thread lease
-    refused), ``errors`` and ``threads``."""
+    refused), ``errors`` and ``threads``. A domain with races of its own (retail:
+    :data:`agentlab.domains.retail.concurrency.RACES`) plays them instead (:func:`run_retail_concurrent`)."""
     from agentlab.lab.invariants import check_messages, check_state, read_records
-    from agentlab.runtime.harness import Episode
-    from agentlab.sim.model import ScriptedChatModel
 
     h, process = lab.harness, lab.process
-    make_model = model or (lambda script, seed: ScriptedChatModel(script=script, seed=seed))
+    if h.domain is not None and h.domain.name in DOMAIN_RACES:
+        return await run_retail_concurrent(lab, fault, sg, race=scenario, seed=seed, check=check, model=model)
     base = fault.prepare(h.scenario(scenario).clean(), rng)
     sc_a, sc_b = fault.scenarios_for(base)
     t0 = time.perf_counter()
@@ -293,6 +295,35 @@ async def run_concurrent(lab, fault: Concurrent, sg, *, scenario: str, seed: int
     convs = [Conversation("A", thread, sc_a, seed),
              Conversation("B", thread if fault.same_thread else f"{thread}-b", sc_b, seed + 1)]
     gate = Rendezvous(h.pool, ("A", "B"), meets_at(*fault.acts))
+    ep, threads, histories = await _play_pair(lab, sg, convs, gate, ids, model, thread)
+    errors = [f"{c.name}: {c.error}" for c in convs if c.error]
+    intended = fault.end_state(sc_a)
+    violations: list[Violation] = []
+    if check:
+        records, ledger = await read_records(h.pool, sg.schema, ids, thread)
+        for t in threads[1:]:
+            ledger |= (await read_records(h.pool, sg.schema, ids, t))[1]
+        # the state and what both were told, on the union; the message checks on each thread's own history
+        violations = [v for v in check_state(ep, intended, sg, records, ledger if sg.ledger else None)
+                      if v.kind not in MESSAGE_CHECKS]
+        for t in threads:
+            violations += check_messages(histories[t], t, sg)
+        opening = {cid: spec.credit_cents for cid, spec in zip(ids, sc_a.customers)}
+        violations += await check_concurrency(h.pool, sg.schema, ids, opening, threads)
+    ep.wall_ms = (time.perf_counter() - t0) * 1000
+    notes: dict[str, Any] = {"rendezvous": list(gate.log), "refused": [c.name for c in convs if c.refused],
+                             "errors": errors, "threads": threads}
+    return ep, intended, notes, violations
+
+
+async def _play_pair(lab, sg, convs: list[Conversation], gate: Rendezvous, ids: list[int], model, thread: str):
+    """Both conversations at once (each a graph run of its own, under the thread lease with ``run_lock``),
+    then their histories read back and the outbox drained: ``(episode, threads, histories by thread)``."""
+    from agentlab.runtime.harness import Episode
+    from agentlab.sim.model import ScriptedChatModel
+
+    h, process = lab.harness, lab.process
+    make_model = model or (lambda script, seed: ScriptedChatModel(script=script, seed=seed))
 
     async def play(c: Conversation) -> None:
         node = process.node(sg)
@@ -317,7 +348,8 @@ async def run_concurrent(lab, fault: Concurrent, sg, *, scenario: str, seed: int
     await asyncio.gather(*(play(c) for c in convs))
     threads = list(dict.fromkeys(c.thread_id for c in convs))
     histories: dict[str, list] = {}
-    ep = Episode(sc_a.name, sg.name, thread, seed, ids, sg.schema, sc_a.tenant_id)
+    sc_a = convs[0].scenario
+    ep = Episode(sc_a.name, sg.name, thread, convs[0].seed, ids, sg.schema, sc_a.tenant_id)
     for t in threads:
         snapshot = await process.graph(sg).aget_state(run_config(t))
         values = snapshot.values if snapshot is not None else {}
@@ -328,25 +360,67 @@ async def run_concurrent(lab, fault: Concurrent, sg, *, scenario: str, seed: int
         for t in threads:
             ep.drain = await OutboxWorker(process.pool, h.provider, thread_id=t).drain()
     ep.messages = [m for t in threads for m in histories[t]]
+    ep.error = "; ".join(f"{c.name}: {c.error}" for c in convs if c.error) or None
+    return ep, threads, histories
+
+
+# --------------------------------------------------------------------------- another domain: retail
+
+DOMAIN_RACES = ("retail",)
+"""Domains whose concurrency faults play races of their own (:mod:`agentlab.domains.retail.concurrency`)."""
+
+
+def domain_races(domain, fault_name: str) -> tuple[str, ...]:
+    """The names of ``domain``'s races for ``fault_name``. Raises ValueError when the fault does not apply to
+    the domain (retail's ``write_skew``), naming why."""
+    from agentlab.domains.retail.concurrency import NOT_APPLICABLE, RACES
+
+    if fault_name in NOT_APPLICABLE:
+        raise ValueError(f"fault {fault_name!r} does not apply to domain {domain.name!r}: {NOT_APPLICABLE[fault_name]}")
+    return tuple(r.name for r in RACES[fault_name])
+
+
+async def run_retail_concurrent(lab, fault: Concurrent, sg, *, race: str, seed: int, check: bool = True, model=None):
+    """One episode of ``fault`` on the retail domain: rows of its own
+    (:func:`agentlab.domains.retail.concurrency.create_entities`), race ``race`` played by two conversations
+    met at the tools' first writes, checked by :func:`check_generic` on each thread, the retail race
+    invariants (:func:`agentlab.domains.retail.concurrency.check_entities`) and ``forked_thread``. Returns
+    what :func:`run_concurrent` returns; ``notes`` also holds ``race`` and ``user_id``."""
+    from agentlab.domains.retail.concurrency import (
+        BY_NAME,
+        MEETS_AT,
+        check_entities,
+        create_entities,
+    )
+    from agentlab.lab.invariants import check_generic
+
+    h = lab.harness
+    t0 = time.perf_counter()
+    async with h.pool.connection() as conn:
+        e = await create_entities(conn)
+    sc_a, sc_b = BY_NAME[race].scenarios(e)
+    thread = f"{fault.name}-{sg.name}-{uuid.uuid4().hex[:12]}"
+    convs = [Conversation("A", thread, sc_a, seed),
+             Conversation("B", thread if fault.same_thread else f"{thread}-b", sc_b, seed + 1)]
+    gate = Rendezvous(h.pool, ("A", "B"), meets_at(*MEETS_AT))
+    ep, threads, histories = await _play_pair(lab, sg, convs, gate, [], model, thread)
     errors = [f"{c.name}: {c.error}" for c in convs if c.error]
-    ep.error = "; ".join(errors) or None
-    intended = fault.end_state(sc_a)
     violations: list[Violation] = []
     if check:
-        records, ledger = await read_records(h.pool, sg.schema, ids, thread)
-        for t in threads[1:]:
-            ledger |= (await read_records(h.pool, sg.schema, ids, t))[1]
-        # the state and what both were told, on the union; the message checks on each thread's own history
-        violations = [v for v in check_state(ep, intended, sg, records, ledger if sg.ledger else None)
-                      if v.kind not in MESSAGE_CHECKS]
         for t in threads:
-            violations += check_messages(histories[t], t, sg)
-        opening = {cid: spec.credit_cents for cid, spec in zip(ids, sc_a.customers)}
-        violations += await check_concurrency(h.pool, sg.schema, ids, opening, threads)
+            one = dataclasses.replace(ep, thread_id=t, messages=histories[t])
+            violations += await check_generic(h.pool, one, sg, h.domain.error_hints.identifiers)
+        async with h.pool.connection() as conn:
+            violations += [Violation(kind, thread, detail) for kind, detail in await check_entities(conn, [e.user_id])]
+            for t in threads:
+                roots, children = await (await conn.execute(CHECKPOINT_SHAPE, (t,))).fetchone()
+                if roots > 1 or children > 1:
+                    violations.append(Violation("forked_thread", t, f"{roots} root checkpoints, at most {children} "
+                                                                   "children of one checkpoint"))
     ep.wall_ms = (time.perf_counter() - t0) * 1000
     notes: dict[str, Any] = {"rendezvous": list(gate.log), "refused": [c.name for c in convs if c.refused],
-                             "errors": errors, "threads": threads}
-    return ep, intended, notes, violations
+                             "errors": errors, "threads": threads, "race": race, "user_id": e.user_id}
+    return ep, sc_a, notes, violations
 
 
 MESSAGE_CHECKS = ("unanswered_call", "leak", "half_applied_batch")

@@ -610,7 +610,9 @@ default: no preset holds them, so they stay out of the table every preset is mea
 
 # --------------------------------------------------------------------------- two conversations at once
 
-RENDEZVOUS_S = 1.0  # a conversation waits at most this long for the other at its act (agentlab.lab.concurrency)
+RENDEZVOUS_S = 5.0  # a conversation waits at most this long for the other at its act (agentlab.lab.concurrency);
+# each wait ends early in the usual case (the other arrived, ended, or waits on this one's lock), so the bound only
+# matters under load: 1 s let a chaos run of 32 episodes at once time out and change its table between runs
 
 
 @dataclass(frozen=True)
@@ -701,6 +703,11 @@ def fault_scenarios(fault: Fault, domain) -> tuple[str, ...]:
     does not fit the domain."""
     if domain is None or domain.name == "billing":
         return fault.scenarios
+    if isinstance(fault, Concurrent):
+        from agentlab.lab.concurrency import DOMAIN_RACES, domain_races
+
+        if domain.name in DOMAIN_RACES:  # retail: races of its own (agentlab.domains.retail.concurrency)
+            return domain_races(domain, fault.name)
     if fault.name not in faults_for(domain):
         raise ValueError(f"fault {fault.name!r} does not fit domain {domain.name!r}; its faults: "
                          f"{', '.join(faults_for(domain))}")
