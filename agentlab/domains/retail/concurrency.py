@@ -29,19 +29,20 @@ and the second balance written overwrites the first. ``row_locks`` (``SELECT ...
 order, then the payment methods) makes the second wait and then see the first one's result; ``repeatable
 read`` makes the late writer fail with 40001 (retried by the graph: the retry reads the new state).
 
-Invariants (:func:`check_entities`, read from the database; kinds :data:`KINDS`):
+Invariants (:func:`check_entities`, read from the database; kinds :data:`KINDS`, the names of the domain's
+own invariants, which check the same on every order the change log names):
 
-=======================  ===================================================================================
-``paid_twice``           an order refunded more to one payment method than was paid with it (one payment
-                         refunded twice)
-``lost_update``          a gift card's balance differs from its opening balance + the refunds - the payments
-                         recorded on it since
-``order_state_machine``  an order left the state machine (:data:`.domain.TRANSITIONS`): a status its opening
-                         status cannot reach, a return and an exchange on one order, a cancelled order whose
-                         items were modified first
-``order_payments``       a cancelled order whose payment history does not net to zero, or another whose
-                         payments do not net to the price of its items
-=======================  ===================================================================================
+===========================  ===============================================================================
+``paid_twice``               a payment method that paid on an order was refunded more than it paid there (one
+                             payment refunded twice)
+``gift_card_balance``        a gift card's balance differs from its opening balance + the refunds - the
+                             payments recorded on it since (a lost update)
+``order_status_transition``  an order left the state machine (:data:`.domain.TRANSITIONS`): a status its
+                             opening status cannot reach, a return and an exchange on one order, a cancelled
+                             order whose items were modified first
+``order_payments``           a cancelled order whose payment history does not net to zero, or another whose
+                             payments do not net to the price of its items
+===========================  ===============================================================================
 
 Sources: PostgreSQL docs "Transaction Isolation" (13.2), "Explicit Locking" (13.3); tau2-bench's retail
 tools (each reads the order's status, then acts).
@@ -59,7 +60,7 @@ from agentlab.domains.retail.tools import ACTS
 TENANT = "tau2"
 G1_OPENING_CENTS = 50_000
 G2_OPENING_CENTS = 20_000
-KINDS: tuple[str, ...] = ("paid_twice", "lost_update", "order_state_machine", "order_payments")
+KINDS: tuple[str, ...] = ("paid_twice", "gift_card_balance", "order_status_transition", "order_payments")
 NOT_APPLICABLE = {
     "write_skew": "tau2 retail has no limit shared by rows that two tools write apart (no refund cap, no stock "
                   "count; a gift card's balance is one row: a lost update, not write skew)",
@@ -222,14 +223,14 @@ MEETS_AT = ACTS
 # --------------------------------------------------------------------------- invariants
 
 USER_ORDERS = "SELECT order_id FROM retail.orders WHERE user_id = ANY(%(users)s)"
-REFUNDED_TWICE = f"""
+REFUNDED_TWICE = """
 SELECT order_id, payment_method_id,
        sum(amount_cents) FILTER (WHERE transaction_type = 'payment'),
        sum(amount_cents) FILTER (WHERE transaction_type = 'refund')
-FROM retail.payment_history WHERE order_id IN ({USER_ORDERS})
+FROM retail.payment_history WHERE order_id IN ({orders})
 GROUP BY 1, 2
-HAVING coalesce(sum(amount_cents) FILTER (WHERE transaction_type = 'refund'), 0)
-       > coalesce(sum(amount_cents) FILTER (WHERE transaction_type = 'payment'), 0)
+HAVING sum(amount_cents) FILTER (WHERE transaction_type = 'refund')
+       > sum(amount_cents) FILTER (WHERE transaction_type = 'payment')
 ORDER BY 1, 2
 """
 BALANCES = f"""
@@ -242,7 +243,7 @@ FROM retail.payment_methods p JOIN retail.opening_gift_cards g USING (payment_me
 WHERE p.user_id = ANY(%(users)s)
 ORDER BY 1
 """
-ORDERS = f"""
+ORDERS = """
 SELECT o.order_id, op.status, o.status, o.return_items IS NOT NULL, o.exchange_items IS NOT NULL,
        EXISTS (SELECT 1 FROM retail.order_items i JOIN retail.opening_order_items oi USING (order_id, position)
                WHERE i.order_id = o.order_id AND i.item_id <> oi.item_id),
@@ -250,7 +251,7 @@ SELECT o.order_id, op.status, o.status, o.return_items IS NOT NULL, o.exchange_i
                  FROM retail.payment_history h WHERE h.order_id = o.order_id), 0),
        coalesce((SELECT sum(i.price_cents) FROM retail.order_items i WHERE i.order_id = o.order_id), 0)
 FROM retail.orders o LEFT JOIN retail.opening_orders op USING (order_id)
-WHERE o.order_id IN ({USER_ORDERS})
+WHERE o.order_id IN ({orders})
 ORDER BY 1
 """
 
@@ -259,29 +260,45 @@ def _money(cents: int) -> str:
     return f"{cents / 100:.2f}"
 
 
+async def refunded_twice(conn, orders_sql: str, params: dict | None = None) -> list[str]:
+    """The ``paid_twice`` details of the orders ``orders_sql`` selects (a SELECT of order ids, with ``params``):
+    a payment method that paid on an order and was refunded more than it paid there. A method that paid
+    nothing may receive a refund (tau2 refunds an item change's difference to any method of the user)."""
+    rows = await (await conn.execute(REFUNDED_TWICE.format(orders=orders_sql), params or {})).fetchall()
+    return [f"order {order_id}: {_money(refunded)} refunded to {pm}, which paid {_money(paid)} on it"
+            for order_id, pm, paid, refunded in rows]
+
+
+def order_fields(order_id: str, status: str, returned: bool, exchanged: bool, modified: bool) -> list[str]:
+    """What an order's own fields say of its path through the state machine (each tool moves an order once):
+    a return and an exchange on one order, or a cancelled order whose items were modified first."""
+    out = []
+    if returned and exchanged:
+        out.append(f"order {order_id} ({status}) is both returned and exchanged")
+    if status == "cancelled" and modified:
+        out.append(f"order {order_id} is cancelled after its items were modified")
+    return out
+
+
 async def check_entities(conn, user_ids: list[str]) -> list[tuple[str, str]]:
     """The invariants of :data:`KINDS` on the orders and gift cards of ``user_ids``, read on ``conn``:
-    ``[(kind, detail)]``, empty when they hold."""
+    ``[(kind, detail)]``, empty when they hold. The same checks as the domain's invariants of those names
+    (:data:`agentlab.domains.retail.domain.INVARIANTS`), on these users' rows alone."""
     from agentlab.domains.retail.domain import TRANSITIONS
 
     params = {"users": list(user_ids)}
-    out: list[tuple[str, str]] = []
-    for order_id, pm, paid, refunded in await (await conn.execute(REFUNDED_TWICE, params)).fetchall():
-        detail = f"order {order_id}: {_money(refunded)} refunded to {pm}, which paid {_money(paid or 0)}"
-        out.append(("paid_twice", detail))
+    out: list[tuple[str, str]] = [("paid_twice", d) for d in await refunded_twice(conn, USER_ORDERS, params)]
     for pm, opening, have, net in await (await conn.execute(BALANCES, params)).fetchall():
         if have != opening + net:
             detail = (f"gift card {pm}: balance {_money(have)}, opening {_money(opening)} + recorded {_money(net)} = "
                       f"{_money(opening + net)}")
-            out.append(("lost_update", detail))
+            out.append(("gift_card_balance", detail))
     for order_id, was, status, returned, exchanged, modified, net, items in await (
-            await conn.execute(ORDERS, params)).fetchall():
+            await conn.execute(ORDERS.format(orders=USER_ORDERS), params)).fetchall():
         if was is not None and status != was and status not in TRANSITIONS.get(was, ()):
-            out.append(("order_state_machine", f"order {order_id}: {was!r} -> {status!r}"))
-        if returned and exchanged:
-            out.append(("order_state_machine", f"order {order_id} ({status}) is both returned and exchanged"))
-        if status == "cancelled" and modified:
-            out.append(("order_state_machine", f"order {order_id} is cancelled after its items were modified"))
+            out.append(("order_status_transition", f"order {order_id}: status {was!r} -> {status!r} is not a "
+                                                   "transition of the order state machine"))
+        out += [("order_status_transition", d) for d in order_fields(order_id, status, returned, exchanged, modified)]
         if status == "cancelled" and net != 0:
             out.append(("order_payments", f"order {order_id} is cancelled but its payment history nets {_money(net)}"))
         elif status != "cancelled" and net != items:

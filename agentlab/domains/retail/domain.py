@@ -10,7 +10,8 @@
 - ``scenarios``: the 114 tasks, ``tau2-<task>``, each golden action one step with one planned call;
 - ``create_rows``: nothing (an episode acts on the seeded rows; each task gets a database of its own);
 - ``invariants``: :data:`INVARIANTS` (gift-card balances, payment history against status, the order state
-  machine, items against their variants), read from the database against the opening snapshot;
+  machine, items against their variants, no payment refunded twice), read from the database against the
+  opening snapshot;
 - ``export_state``: tau2's ``RetailDB`` JSON (:func:`.export.export_state`), for the canonical hash.
 
 :func:`retail_domain` builds one with the last-variant bug reproduced (the default, :data:`DOMAIN`:
@@ -24,6 +25,8 @@ from agentlab.core.domain import Domain, Invariant, InvariantContext, Migration
 from agentlab.core.scenario import PlannedCall, Scenario
 from agentlab.core.schema import AGENT_ROLE
 from agentlab.core.toolspec import Toolset, ToolSpec
+from agentlab.domains.retail.concurrency import ORDERS as ORDER_STATES
+from agentlab.domains.retail.concurrency import order_fields, refunded_twice
 from agentlab.domains.retail.export import export_state as _export_state
 from agentlab.domains.retail.load import DATA_DIR, load_sync, read_tasks, schema_sql
 from agentlab.domains.retail.reset import CHANGE_LOG_SQL, SNAPSHOT_SQL
@@ -200,7 +203,16 @@ async def order_status_transition(ctx: InvariantContext) -> list[str]:
             out.append(f"order {order_id} did not exist at the opening")
         elif status != was and status not in TRANSITIONS.get(was, ()):
             out.append(f"order {order_id}: status {was!r} -> {status!r} is not a transition of the order state machine")
+    # each tool moves an order once: its fields must not record two moves (two tools racing on one order)
+    for order_id, _was, status, returned, exchanged, modified, _net, _items in await (
+            await ctx.conn.execute(ORDER_STATES.format(orders=LOGGED_ORDERS))).fetchall():
+        out += order_fields(order_id, status, returned, exchanged, modified)
     return out
+
+
+async def paid_twice(ctx: InvariantContext) -> list[str]:
+    """No payment method that paid on a changed order was refunded more than it paid there."""
+    return await refunded_twice(ctx.conn, LOGGED_ORDERS)
 
 
 async def item_matches_variant(ctx: InvariantContext) -> list[str]:
@@ -226,6 +238,7 @@ INVARIANTS = (
               "status changes follow the order state machine"),
     Invariant("item_matches_variant", item_matches_variant,
               "every changed item has its variant's price and options"),
+    Invariant("paid_twice", paid_twice, "no payment of a changed order refunded twice"),
 )
 
 
