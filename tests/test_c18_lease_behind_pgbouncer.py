@@ -21,15 +21,21 @@ import asyncio
 import psycopg
 import pytest
 from langchain_core.messages import HumanMessage
+from pooler import pgbouncer
 
 from agentlab.core.graph import build_graph, run_config
-from agentlab.core.run_lock import LeaseLost, ThreadBusy, acquire_lease, invoke_with_lease, thread_lease
+from agentlab.core.run_lock import (
+    LeaseLost,
+    ThreadBusy,
+    acquire_lease,
+    invoke_with_lease,
+    thread_lease,
+)
 from agentlab.core.safeguards import preset
 from agentlab.domains.billing.scenarios import get_scenario
 from agentlab.lab.batches import tool_calls
 from agentlab.runtime.harness import Harness
 from agentlab.sim.model import ScriptedChatModel
-from pooler import pgbouncer
 
 CHAIN = """
 SELECT count(*), count(*) FILTER (WHERE parent_checkpoint_id IS NULL),
@@ -101,7 +107,7 @@ async def test_c18_behind_pgbouncer_a_bounded_wait_lets_the_second_run_follow_th
             await h.close()
     assert not any(isinstance(r, BaseException) for r in results), results
     assert (state["memos"], state["refunds"], state["payments"], state["credit"]) == (1, 1, 1, 2500)
-    checkpoints, roots, children = state["chain"]
+    _checkpoints, roots, children = state["chain"]
     assert roots == 1 and children == 1
 
 
@@ -113,7 +119,7 @@ async def test_c18_behind_pgbouncer_without_the_lease_the_chain_forks(database_u
         finally:
             await h.close()
     assert not any(isinstance(r, BaseException) for r in results), results
-    checkpoints, roots, children = state["chain"]
+    _checkpoints, roots, _children = state["chain"]
     assert roots == 2  # the weaker setting's violation shows through the pooler as on the server
 
 

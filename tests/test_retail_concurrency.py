@@ -78,6 +78,14 @@ def test_every_fault_but_write_skew_has_retail_races_and_write_skew_says_why_not
     assert set(KINDS) <= {inv.kind for inv in RETAIL.invariants}  # the domain checks the same on every changed order
 
 
+def test_chaos_refuses_write_skew_on_retail_with_the_reason(capsys):
+    from agentlab.cli.main import main
+
+    assert main(["chaos", "--domain", "retail", "--faults", "write_skew", "--episodes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "fault 'write_skew' does not apply to domain 'retail'" in err and "no refund cap" in err
+
+
 @pytest.mark.parametrize("race", BREAKS)
 async def test_each_race_breaks_under_a_weaker_setting_and_holds_under_full(retail, race):
     fault, weaker, kinds = BREAKS[race]

@@ -46,6 +46,11 @@ memo conflict deducts twice, see case C23); a row lock in the check-then-act too
 (the late writer fails with 40001 and the graph retries it) for ``lost_update`` and ``check_then_act``;
 the row lock or ``serializable`` for ``write_skew`` (repeatable read lets it through). ``full`` holds all.
 
+On the retail domain (``chaos --domain retail``) the same faults play retail's own races on rows each
+episode makes for itself, met at the tools' first writes, and checked by the retail invariants
+(:mod:`agentlab.domains.retail.concurrency`, :func:`run_retail_concurrent`); ``write_skew`` does not apply
+there and :func:`domain_races` refuses it with the reason.
+
 Sources: PostgreSQL docs "Transaction Isolation", "Explicit Locking", "Serializable Snapshot Isolation"
 (wiki SSI; Ports and Grittner, VLDB 2012), ``pg_blocking_pids``; Kingsbury, Jepsen analyses.
 """
@@ -72,7 +77,13 @@ from agentlab.core.outbox import OutboxWorker
 from agentlab.core.run_lock import ThreadBusy, invoke_with_lease
 from agentlab.core.scenario import Scenario
 from agentlab.domains.billing.limits import DAILY_REFUND_CAP_CENTS
-from agentlab.lab.faults import CONCURRENCY_FAULTS, RENDEZVOUS_S, Concurrent  # noqa: F401 (CONCURRENCY_FAULTS re-exported)
+from agentlab.lab.faults import (  # noqa: F401 (CONCURRENCY_FAULTS, domain_races re-exported)
+    CONCURRENCY_FAULTS,
+    DOMAIN_RACES,
+    RENDEZVOUS_S,
+    Concurrent,
+    domain_races,
+)
 
 KINDS: tuple[str, ...] = ("paid_twice", "lost_update", "cap_exceeded", "forked_thread")
 POLL_S = 0.005
@@ -365,20 +376,6 @@ async def _play_pair(lab, sg, convs: list[Conversation], gate: Rendezvous, ids: 
 
 
 # --------------------------------------------------------------------------- another domain: retail
-
-DOMAIN_RACES = ("retail",)
-"""Domains whose concurrency faults play races of their own (:mod:`agentlab.domains.retail.concurrency`)."""
-
-
-def domain_races(domain, fault_name: str) -> tuple[str, ...]:
-    """The names of ``domain``'s races for ``fault_name``. Raises ValueError when the fault does not apply to
-    the domain (retail's ``write_skew``), naming why."""
-    from agentlab.domains.retail.concurrency import NOT_APPLICABLE, RACES
-
-    if fault_name in NOT_APPLICABLE:
-        raise ValueError(f"fault {fault_name!r} does not apply to domain {domain.name!r}: {NOT_APPLICABLE[fault_name]}")
-    return tuple(r.name for r in RACES[fault_name])
-
 
 async def run_retail_concurrent(lab, fault: Concurrent, sg, *, race: str, seed: int, check: bool = True, model=None):
     """One episode of ``fault`` on the retail domain: rows of its own

@@ -698,16 +698,28 @@ def faults_for(domain) -> tuple[str, ...]:
     return tuple(dict.fromkeys((*GENERIC_FAULTS, *(domain.faults or ()))))
 
 
+DOMAIN_RACES = ("retail",)
+"""Domains whose concurrency faults play races of their own (:mod:`agentlab.domains.retail.concurrency`,
+run by :func:`agentlab.lab.concurrency.run_retail_concurrent`)."""
+
+
+def domain_races(domain, fault_name: str) -> tuple[str, ...]:
+    """The names of ``domain``'s races for ``fault_name``. Raises ValueError when the fault does not apply to
+    the domain (retail's ``write_skew``), naming why."""
+    from agentlab.domains.retail.concurrency import NOT_APPLICABLE, RACES
+
+    if fault_name in NOT_APPLICABLE:
+        raise ValueError(f"fault {fault_name!r} does not apply to domain {domain.name!r}: {NOT_APPLICABLE[fault_name]}")
+    return tuple(r.name for r in RACES[fault_name])
+
+
 def fault_scenarios(fault: Fault, domain) -> tuple[str, ...]:
     """The scenarios of ``domain`` an episode under ``fault`` may play. Raises ValueError when the fault
     does not fit the domain."""
     if domain is None or domain.name == "billing":
         return fault.scenarios
-    if isinstance(fault, Concurrent):
-        from agentlab.lab.concurrency import DOMAIN_RACES, domain_races
-
-        if domain.name in DOMAIN_RACES:  # retail: races of its own (agentlab.domains.retail.concurrency)
-            return domain_races(domain, fault.name)
+    if isinstance(fault, Concurrent) and domain.name in DOMAIN_RACES:  # retail's races (domains.retail.concurrency)
+        return domain_races(domain, fault.name)
     if fault.name not in faults_for(domain):
         raise ValueError(f"fault {fault.name!r} does not fit domain {domain.name!r}; its faults: "
                          f"{', '.join(faults_for(domain))}")

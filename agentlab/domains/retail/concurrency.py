@@ -55,6 +55,13 @@ import uuid
 from dataclasses import dataclass
 
 from agentlab.core.scenario import PlannedCall, Scenario
+from agentlab.domains.retail.domain import TRANSITIONS
+from agentlab.domains.retail.order_checks import (
+    ORDER_MOVES,
+    amount_text,
+    order_fields,
+    refunded_twice,
+)
 from agentlab.domains.retail.tools import ACTS
 
 TENANT = "tau2"
@@ -223,16 +230,6 @@ MEETS_AT = ACTS
 # --------------------------------------------------------------------------- invariants
 
 USER_ORDERS = "SELECT order_id FROM retail.orders WHERE user_id = ANY(%(users)s)"
-REFUNDED_TWICE = """
-SELECT order_id, payment_method_id,
-       sum(amount_cents) FILTER (WHERE transaction_type = 'payment'),
-       sum(amount_cents) FILTER (WHERE transaction_type = 'refund')
-FROM retail.payment_history WHERE order_id IN ({orders})
-GROUP BY 1, 2
-HAVING sum(amount_cents) FILTER (WHERE transaction_type = 'refund')
-       > sum(amount_cents) FILTER (WHERE transaction_type = 'payment')
-ORDER BY 1, 2
-"""
 BALANCES = f"""
 SELECT p.payment_method_id, g.balance_cents, p.balance_cents,
        coalesce((SELECT sum(CASE h.transaction_type WHEN 'refund' THEN h.amount_cents ELSE -h.amount_cents END)
@@ -243,65 +240,26 @@ FROM retail.payment_methods p JOIN retail.opening_gift_cards g USING (payment_me
 WHERE p.user_id = ANY(%(users)s)
 ORDER BY 1
 """
-ORDERS = """
-SELECT o.order_id, op.status, o.status, o.return_items IS NOT NULL, o.exchange_items IS NOT NULL,
-       EXISTS (SELECT 1 FROM retail.order_items i JOIN retail.opening_order_items oi USING (order_id, position)
-               WHERE i.order_id = o.order_id AND i.item_id <> oi.item_id),
-       coalesce((SELECT sum(CASE h.transaction_type WHEN 'payment' THEN h.amount_cents ELSE -h.amount_cents END)
-                 FROM retail.payment_history h WHERE h.order_id = o.order_id), 0),
-       coalesce((SELECT sum(i.price_cents) FROM retail.order_items i WHERE i.order_id = o.order_id), 0)
-FROM retail.orders o LEFT JOIN retail.opening_orders op USING (order_id)
-WHERE o.order_id IN ({orders})
-ORDER BY 1
-"""
-
-
-def _money(cents: int) -> str:
-    return f"{cents / 100:.2f}"
-
-
-async def refunded_twice(conn, orders_sql: str, params: dict | None = None) -> list[str]:
-    """The ``paid_twice`` details of the orders ``orders_sql`` selects (a SELECT of order ids, with ``params``):
-    a payment method that paid on an order and was refunded more than it paid there. A method that paid
-    nothing may receive a refund (tau2 refunds an item change's difference to any method of the user)."""
-    rows = await (await conn.execute(REFUNDED_TWICE.format(orders=orders_sql), params or {})).fetchall()
-    return [f"order {order_id}: {_money(refunded)} refunded to {pm}, which paid {_money(paid)} on it"
-            for order_id, pm, paid, refunded in rows]
-
-
-def order_fields(order_id: str, status: str, returned: bool, exchanged: bool, modified: bool) -> list[str]:
-    """What an order's own fields say of its path through the state machine (each tool moves an order once):
-    a return and an exchange on one order, or a cancelled order whose items were modified first."""
-    out = []
-    if returned and exchanged:
-        out.append(f"order {order_id} ({status}) is both returned and exchanged")
-    if status == "cancelled" and modified:
-        out.append(f"order {order_id} is cancelled after its items were modified")
-    return out
-
-
 async def check_entities(conn, user_ids: list[str]) -> list[tuple[str, str]]:
     """The invariants of :data:`KINDS` on the orders and gift cards of ``user_ids``, read on ``conn``:
     ``[(kind, detail)]``, empty when they hold. The same checks as the domain's invariants of those names
     (:data:`agentlab.domains.retail.domain.INVARIANTS`), on these users' rows alone."""
-    from agentlab.domains.retail.domain import TRANSITIONS
-
     params = {"users": list(user_ids)}
     out: list[tuple[str, str]] = [("paid_twice", d) for d in await refunded_twice(conn, USER_ORDERS, params)]
     for pm, opening, have, net in await (await conn.execute(BALANCES, params)).fetchall():
         if have != opening + net:
-            detail = (f"gift card {pm}: balance {_money(have)}, opening {_money(opening)} + recorded {_money(net)} = "
-                      f"{_money(opening + net)}")
+            detail = (f"gift card {pm}: balance {amount_text(have)}, opening {amount_text(opening)} + recorded {amount_text(net)} = "
+                      f"{amount_text(opening + net)}")
             out.append(("gift_card_balance", detail))
     for order_id, was, status, returned, exchanged, modified, net, items in await (
-            await conn.execute(ORDERS.format(orders=USER_ORDERS), params)).fetchall():
+            await conn.execute(ORDER_MOVES.format(orders=USER_ORDERS), params)).fetchall():
         if was is not None and status != was and status not in TRANSITIONS.get(was, ()):
-            out.append(("order_status_transition", f"order {order_id}: status {was!r} -> {status!r} is not a "
-                                                   "transition of the order state machine"))
+            detail = f"order {order_id}: status {was!r} -> {status!r} is not a transition of the order state machine"
+            out.append(("order_status_transition", detail))
         out += [("order_status_transition", d) for d in order_fields(order_id, status, returned, exchanged, modified)]
         if status == "cancelled" and net != 0:
-            out.append(("order_payments", f"order {order_id} is cancelled but its payment history nets {_money(net)}"))
+            out.append(("order_payments", f"order {order_id} is cancelled but its payment history nets {amount_text(net)}"))
         elif status != "cancelled" and net != items:
-            detail = f"order {order_id} ({status}): payments net {_money(net)}, its items cost {_money(items)}"
+            detail = f"order {order_id} ({status}): payments net {amount_text(net)}, its items cost {amount_text(items)}"
             out.append(("order_payments", detail))
     return out

@@ -25,10 +25,13 @@ from agentlab.core.domain import Domain, Invariant, InvariantContext, Migration
 from agentlab.core.scenario import PlannedCall, Scenario
 from agentlab.core.schema import AGENT_ROLE
 from agentlab.core.toolspec import Toolset, ToolSpec
-from agentlab.domains.retail.concurrency import ORDERS as ORDER_STATES
-from agentlab.domains.retail.concurrency import order_fields, refunded_twice
 from agentlab.domains.retail.export import export_state as _export_state
 from agentlab.domains.retail.load import DATA_DIR, load_sync, read_tasks, schema_sql
+from agentlab.domains.retail.order_checks import (
+    ORDER_MOVES,
+    order_fields,
+    refunded_twice,
+)
 from agentlab.domains.retail.reset import CHANGE_LOG_SQL, SNAPSHOT_SQL
 from agentlab.domains.retail.tools import specs
 
@@ -205,7 +208,7 @@ async def order_status_transition(ctx: InvariantContext) -> list[str]:
             out.append(f"order {order_id}: status {was!r} -> {status!r} is not a transition of the order state machine")
     # each tool moves an order once: its fields must not record two moves (two tools racing on one order)
     for order_id, _was, status, returned, exchanged, modified, _net, _items in await (
-            await ctx.conn.execute(ORDER_STATES.format(orders=LOGGED_ORDERS))).fetchall():
+            await ctx.conn.execute(ORDER_MOVES.format(orders=LOGGED_ORDERS))).fetchall():
         out += order_fields(order_id, status, returned, exchanged, modified)
     return out
 
