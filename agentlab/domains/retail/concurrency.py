@@ -29,8 +29,9 @@ and the second balance written overwrites the first. ``row_locks`` (``SELECT ...
 order, then the payment methods) makes the second wait and then see the first one's result; ``repeatable
 read`` makes the late writer fail with 40001 (retried by the graph: the retry reads the new state).
 
-Invariants (:func:`check_entities`, read from the database; kinds :data:`KINDS`, the names of the domain's
-own invariants, which check the same on every order the change log names):
+Invariants (:func:`check_entities`, read from the database; kinds :data:`KINDS`: ``paid_twice``
+(:func:`.domain.paid_twice`) and the names of the domain's own invariants, which check the same on every
+order the change log names):
 
 ===========================  ===============================================================================
 ``paid_twice``               a payment method that paid on an order was refunded more than it paid there (one
@@ -243,7 +244,8 @@ ORDER BY 1
 async def check_entities(conn, user_ids: list[str]) -> list[tuple[str, str]]:
     """The invariants of :data:`KINDS` on the orders and gift cards of ``user_ids``, read on ``conn``:
     ``[(kind, detail)]``, empty when they hold. The same checks as the domain's invariants of those names
-    (:data:`agentlab.domains.retail.domain.INVARIANTS`), on these users' rows alone."""
+    (:data:`agentlab.domains.retail.domain.INVARIANTS`, and :func:`~agentlab.domains.retail.domain.paid_twice`),
+    on these users' rows alone."""
     params = {"users": list(user_ids)}
     out: list[tuple[str, str]] = [("paid_twice", d) for d in await refunded_twice(conn, USER_ORDERS, params)]
     for pm, opening, have, net in await (await conn.execute(BALANCES, params)).fetchall():
