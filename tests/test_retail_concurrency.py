@@ -6,6 +6,7 @@ by ``full`` (row locks, the thread lease) and by repeatable read, shown by every
 from __future__ import annotations
 
 import pytest
+from langchain_core.messages import HumanMessage
 
 from agentlab.core.domain import InvariantContext
 from agentlab.core.safeguards import preset
@@ -205,3 +206,20 @@ async def test_the_chaos_table_full_holds_every_fault_breaks_under_naive_same_se
     for fault in faults:
         assert cells[0][(fault, "full")] == 0, cells[0]
         assert cells[0][(fault, "naive")] > 0, cells[0]
+
+
+async def test_with_a_bounded_wait_the_second_run_follows_the_first_and_is_refused_by_the_order(retail):
+    waits = preset("full").replace(run_lock_wait_ms=20_000, name="full-waits")
+    async with Lab(retail) as lab:
+        run = await lab.run("same_thread_runs", waits, seed=0)
+    assert run.notes["refused"] == [] and run.violations == [] and run.episode.error is None
+    key = run.notes["user_id"].removeprefix("race_")
+    (_, paid, _), *rest = await history(retail, f"#R{key}p1")
+    assert rest == [("refund", paid, f"gift_card_g1{key}")]  # cancelled once: the second run came after the first
+    assert sum(isinstance(m, HumanMessage) for m in run.episode.messages) == 2  # both ran, one after the other
+    # the one waiting for the lease is not waited for at the act: no rendezvous ran into its bound
+    log = run.notes["rendezvous"]
+    assert any(e.endswith("goes on (all arrived)") for e in log) and not any("timeout" in e for e in log), log
+    roots = await scalar(retail, "SELECT count(*) FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = '' "
+                                 "AND parent_checkpoint_id IS NULL", (run.notes["threads"][0],))
+    assert roots == 1

@@ -24,7 +24,8 @@ act too, so both have read before either writes; then A's act goes first and B's
 has ended (r1 r2 w1 c1 w2 c2). A conversation that
 cannot arrive because it is blocked by a lock *this* one holds (``pg_blocking_pids``: a row lock, the
 thread's advisory lock, a unique index entry) releases the wait at once, and so does one that has
-ended (refused by the thread lease, or done). The wait is bounded by :data:`RENDEZVOUS_S`; a party that
+ended (refused by the thread lease, or done), or waits for the thread lease this one's run holds
+(``run_lock_wait_ms``). The wait is bounded by :data:`RENDEZVOUS_S`; a party that
 passed once never waits again (a retried batch runs freely). Same seed, same interleaving, same table.
 
 Invariants (:data:`KINDS`, read from the database and the checkpoints, never from the code):
@@ -74,7 +75,7 @@ from psycopg import sql
 from agentlab.core.domain import Violation
 from agentlab.core.graph import RETRY_ATTEMPTS, build_graph, run_config
 from agentlab.core.outbox import OutboxWorker
-from agentlab.core.run_lock import ThreadBusy, invoke_with_lease
+from agentlab.core.run_lock import ThreadBusy, thread_lease
 from agentlab.core.scenario import Scenario
 from agentlab.domains.billing.limits import DAILY_REFUND_CAP_CENTS
 from agentlab.lab.faults import (  # noqa: F401 (CONCURRENCY_FAULTS, domain_races re-exported)
@@ -112,6 +113,7 @@ class Rendezvous:
         self.passed: set[str] = set()
         self.gone: set[str] = set()
         self.finished: set[str] = set()  # parties whose batch holding the act has ended
+        self.queued: set[str] = set()  # parties waiting for a thread lease another party's run holds
         self.pids: dict[str, int] = {}
         self.log: list[str] = []  # what happened, in order (for tests and notes)
 
@@ -134,7 +136,8 @@ class Rendezvous:
         self.arrived.add(party)
         self.log.append(f"{party} at its act")
         others = [p for p in self.parties if p != party]
-        how = await self._until(party, lambda: [p for p in others if p not in self.arrived and p not in self.gone],
+        how = await self._until(party, lambda: [p for p in others if p not in self.arrived and p not in self.gone
+                                                and p not in self.queued],
                                 "all arrived")
         earlier = self.parties[:self.parties.index(party)]
         if how != "timeout" and any(p in self.arrived for p in earlier):
@@ -345,8 +348,16 @@ async def _play_pair(lab, sg, convs: list[Conversation], gate: Rendezvous, ids: 
         inputs = {"messages": [HumanMessage(c.scenario.prompt)]}
         try:
             if sg.run_lock:
-                c.state = await invoke_with_lease(graph, h.pool, inputs, config, wait_ms=sg.run_lock_wait_ms,
-                                                  durability="exit")
+                # on a shared thread only the lease holder can reach its act: the other waits for the run to end
+                shared = sum(o.thread_id == c.thread_id for o in convs) > 1
+                if shared:
+                    gate.queued.add(c.name)
+                try:
+                    async with thread_lease(h.pool, c.thread_id, wait_ms=sg.run_lock_wait_ms) as lease:
+                        gate.queued.discard(c.name)
+                        c.state = await graph.ainvoke(inputs, lease.configure(config), durability="exit")
+                finally:
+                    gate.queued.discard(c.name)
             else:
                 c.state = await graph.ainvoke(inputs, config, durability="exit")
         except ThreadBusy as exc:
