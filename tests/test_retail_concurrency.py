@@ -98,7 +98,7 @@ async def test_each_race_breaks_under_a_weaker_setting_and_holds_under_full(reta
     assert kinds <= {v.kind for v in broken.violations}, broken.violations
     assert broken.episode.error is None and held.episode.error is None, (broken.episode.error, held.episode.error)
     assert held.violations == [], held.violations
-    assert "A at its act" in " ".join(broken.notes["rendezvous"])  # the interleaving was forced, not hoped for
+    assert any(e.endswith("at its act") for e in broken.notes["rendezvous"])  # the interleaving was forced
     # the checker reads the database: on full's rows every invariant holds, on the broken run's it does not
     async with retail.pool.connection() as conn:
         assert await check_entities(conn, [held.notes["user_id"]]) == []
@@ -164,14 +164,18 @@ async def test_a_return_and_an_exchange_of_one_delivered_order(retail):
     key = broken.notes["user_id"].removeprefix("race_")
     assert await fetch(retail, query, (f"#R{key}d",)) == [("exchange requested", True, True)]
     key = held.notes["user_id"].removeprefix("race_")
-    assert await fetch(retail, query, (f"#R{key}d",)) == [("return requested", True, False)]
+    # under the row lock whichever locks the order first moves it; the other sees it moved and is refused
+    assert await fetch(retail, query, (f"#R{key}d",)) in ([("return requested", True, False)],
+                                                          [("exchange requested", False, True)])
+    refused = [m for m in held.episode.messages if "Non-delivered order cannot be" in str(m.content)]
+    assert len(refused) == 1
 
 
 async def test_two_runs_on_one_thread_the_second_refused_under_the_lease(retail):
     async with Lab(retail) as lab:
         held = await lab.run("same_thread_runs", "full", seed=0)
         forked = await lab.run("same_thread_runs", NO_RUN_LOCK, seed=0)
-    assert held.notes["refused"] == ["B"] and held.violations == []
+    assert len(held.notes["refused"]) == 1 and held.violations == []  # whichever asked second
     thread = held.notes["threads"][0]
     roots = await scalar(retail, "SELECT count(*) FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = '' "
                                  "AND parent_checkpoint_id IS NULL", (thread,))
