@@ -284,11 +284,16 @@ CREATE OR REPLACE FUNCTION public.chaos_slow_statement() RETURNS trigger LANGUAG
     SECURITY DEFINER SET search_path = pg_catalog, public AS $$  -- fires for the agent role too
 BEGIN
     IF EXISTS (SELECT 1 FROM public.chaos_slow_customers WHERE customer_id = NEW.id) THEN
-        -- a marker the fault's controller can see in pg_locks: this customer's statement is now slow
-        PERFORM pg_advisory_xact_lock_shared(4242, NEW.id::integer);
-        WHILE EXISTS (SELECT 1 FROM public.chaos_slow_customers WHERE customer_id = NEW.id) LOOP
-            PERFORM pg_sleep(0.05);
-        END LOOP;
+        -- one shot: only the first UPDATE after arming is slow. nextval is not rolled back with the
+        -- statement the timeout cancels, so the node's retry runs at once however late the controller
+        -- lifts the fault (a loaded machine delays the controller, not the retry)
+        IF nextval(format('public.chaos_slow_shot_%s', NEW.id)::regclass) = 1 THEN
+            -- a marker the fault's controller can see in pg_locks: this customer's statement is now slow
+            PERFORM pg_advisory_xact_lock_shared(4242, NEW.id::integer);
+            WHILE EXISTS (SELECT 1 FROM public.chaos_slow_customers WHERE customer_id = NEW.id) LOOP
+                PERFORM pg_sleep(0.05);
+            END LOOP;
+        END IF;
     END IF;
     RETURN NEW;
 END $$;
@@ -299,6 +304,17 @@ CREATE OR REPLACE TRIGGER chaos_slow_statement BEFORE UPDATE ON lax.customers
 """
 SLOW_ARM = "INSERT INTO public.chaos_slow_customers (customer_id) VALUES (%s) ON CONFLICT DO NOTHING"
 SLOW_DISARM = "DELETE FROM public.chaos_slow_customers WHERE customer_id = %s"
+
+
+def slow_shot(customer_id: int, *, drop: bool = False):
+    """The DDL of the sequence that makes the slow statement one shot for ``customer_id``: created
+    (restarted at 1) before arming, dropped after disarming."""
+    from psycopg import sql
+
+    name = sql.Identifier("public", f"chaos_slow_shot_{int(customer_id)}")
+    if drop:
+        return sql.SQL("DROP SEQUENCE IF EXISTS {}").format(name)
+    return sql.SQL("DROP SEQUENCE IF EXISTS {0}; CREATE SEQUENCE {0}").format(name)
 SLOW_SEEN = (
     "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = 4242 AND objid = %s"
     " AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
@@ -345,6 +361,7 @@ class SlowStatement(Fault):
         customer = run.customer_ids[0]
         slow_s = self.statement_timeout_ms / 1000 + self.margin_s
         async with run.pool.connection() as conn:
+            await conn.execute(slow_shot(customer))
             await conn.execute(SLOW_ARM, (customer,))
         run.notes["slow_customer"] = customer
 
@@ -366,6 +383,7 @@ class SlowStatement(Fault):
                 with contextlib.suppress(*SERVER_GONE):  # shutting down (Ctrl-C) or no server: nothing to disarm on
                     async with run.pool.connection() as conn:
                         await conn.execute(SLOW_DISARM, (customer,))
+                        await conn.execute(slow_shot(customer, drop=True))
                 run.notes["slow_s"] = slow_s
 
         run.background.append(asyncio.create_task(control()))

@@ -27,6 +27,7 @@ from agentlab.lab.faults import (
     TERMINATE,
     WAIT_CAP_S,
     DiesAfterPayment,
+    slow_shot,
     Fault,
     SlowStatement,
     get_fault,
@@ -53,6 +54,7 @@ class KillDuringStatement(SlowStatement):
         await self.install(run.pool)
         customer = run.customer_ids[0]
         async with run.pool.connection() as conn:
+            await conn.execute(slow_shot(customer))
             await conn.execute(SLOW_ARM, (customer,))
 
         async def control() -> None:
@@ -71,6 +73,7 @@ class KillDuringStatement(SlowStatement):
                 with contextlib.suppress(Exception):
                     async with run.pool.connection() as conn:
                         await conn.execute(SLOW_DISARM, (customer,))
+                        await conn.execute(slow_shot(customer, drop=True))
 
         run.background.append(asyncio.create_task(control()))
 
