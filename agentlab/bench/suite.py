@@ -4,7 +4,7 @@ Figures (medians over repeats, with their spread; the names are :data:`FIGURES`)
 
 - the tools node's batch against plain psycopg sending exactly the same SQL, pipelined the same way, and
   against the naive nested-transaction pattern (the same statements, one round trip each), with the
-  round trips each sent (:mod:`agentlab.bench.batch`);
+  round trips each sent and this process's CPU per batch (:mod:`agentlab.bench.batch`);
 - the full-safety episode against the same graph with no-op tools, on the Postgres checkpointer with
   durability ``sync``, ``async`` and ``exit``, and on LangGraph's in-memory saver (:mod:`agentlab.bench.episodes`);
 - the workshop experiment (:data:`WORKSHOP_PRESETS` x :data:`WORKSHOP_FAULTS`) in episodes per second at
@@ -75,6 +75,7 @@ FULL = Mode("full", 5, 300, 40, 2, 5, WORKSHOP_EPISODES, CONCURRENCY_LEVELS, WOR
 FIGURES: dict[str, str] = {  # name -> unit
     "node_batch_ms": "ms", "plain_batch_ms": "ms", "naive_batch_ms": "ms", "batch_round_trips": "round trips",
     "naive_batch_round_trips": "round trips",
+    **{f"{side}_batch_cpu_ms": "ms" for side in ("node", "plain", "naive")},
     **{f"episode_{k}_{s}_per_s": "episodes/s" for s in ("sync", "async", "exit", "memory") for k in ("full", "noop")},
     "workshop_c1_per_s": "episodes/s", "workshop_best_per_s": "episodes/s", "workshop_best_concurrency": "episodes",
     "workshop_best_workers": "processes", "workshop_lab_cpu_ms_per_episode": "ms", "chaos_matrix_per_s": "episodes/s",
@@ -86,6 +87,7 @@ FIGURES: dict[str, str] = {  # name -> unit
 RATIOS: dict[str, tuple[str, str]] = {  # name -> (numerator, denominator)
     "node_vs_plain": ("node_batch_ms", "plain_batch_ms"),
     "naive_vs_node": ("naive_batch_ms", "node_batch_ms"),  # how many times faster the node is
+    "naive_vs_node_cpu": ("naive_batch_cpu_ms", "node_batch_cpu_ms"),  # this process's CPU, less moved by load
     **{f"full_vs_noop_{s}": (f"episode_full_{s}_per_s", f"episode_noop_{s}_per_s")
        for s in ("sync", "async", "exit", "memory")},
     "workshop_best_vs_c1": ("workshop_best_per_s", "workshop_c1_per_s"),
@@ -230,17 +232,22 @@ async def bench_batch(report: Report) -> None:
                 await run()
         order = tuple(sides)
         times: dict[str, list[float]] = {side: [] for side in sides}
+        cpus: dict[str, list[float]] = {side: [] for side in sides}
         for _ in range(m.repeats):  # batches take turns one by one, so a busy moment hits every side
             per: dict[str, list[float]] = {side: [] for side in sides}
+            cpu: dict[str, list[float]] = {side: [] for side in sides}
             for i in range(m.batches):
                 for side in order[i % 3:] + order[:i % 3]:
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.process_time()
                     await sides[side]()
                     per[side].append((time.perf_counter() - t0) * 1000)
+                    cpu[side].append((time.process_time() - c0) * 1000)
             for side in per:
                 times[side].append(statistics.median(per[side]))
+                cpus[side].append(statistics.mean(cpu[side]))  # CPU adds up: the mean per batch
         for side in sides:
             report.add(f"{side}_batch_ms", times[side])
+            report.add(f"{side}_batch_cpu_ms", cpus[side])
     finally:
         await h.close()
 
@@ -435,6 +442,9 @@ ROWS = (  # the text table: (label, figure, ratio beside it)
     ("tools node, one batch of 3 calls (ms)", "node_batch_ms", "node_vs_plain"),
     ("plain psycopg, the same SQL (ms)", "plain_batch_ms", None),
     ("naive nested transactions, same SQL (ms)", "naive_batch_ms", "naive_vs_node"),
+    ("  this process's CPU: node (ms)", "node_batch_cpu_ms", None),
+    ("  plain psycopg (ms)", "plain_batch_cpu_ms", None),
+    ("  naive nested transactions (ms)", "naive_batch_cpu_ms", "naive_vs_node_cpu"),
     *((f"episode/s, {s}: full safety", f"episode_full_{s}_per_s", f"full_vs_noop_{s}") for s in
       ("sync", "async", "exit", "memory")),
     *((f"episode/s, {s}: no-op tools", f"episode_noop_{s}_per_s", None) for s in ("sync", "async", "exit", "memory")),
