@@ -42,7 +42,23 @@ async def add_note_unread(conn, args, ctx):
     return {"added": True}
 
 
-TOOLS = Toolset([tool(AddNote, add_note, writes=True), tool(AddNoteUnread, add_note_unread, writes=True)])
+class AddNoteOrCount(StrictArgs):
+    """Add a note; when the database refuses it, carry on and count the notes (a tool that swallows an error)."""
+
+    body: str
+
+
+async def add_note_or_count(conn, args, ctx):
+    try:
+        await (await conn.execute("INSERT INTO pipelined_notes (body) VALUES (%s) RETURNING id",
+                                  (args["body"],))).fetchone()
+    except psycopg.errors.CheckViolation:
+        pass
+    return {"notes": (await (await conn.execute("SELECT count(*) FROM pipelined_notes")).fetchone())[0]}
+
+
+TOOLS = Toolset([tool(AddNote, add_note, writes=True), tool(AddNoteUnread, add_note_unread, writes=True),
+                 tool(AddNoteOrCount, add_note_or_count, writes=True)])
 
 
 def call(i: int, name: str = "AddNote", **args) -> dict:
@@ -92,6 +108,23 @@ async def test_an_unread_statements_error_is_its_own_calls_and_the_next_call_run
     assert batch.results[0].content.startswith(f"{FAILED_PREFIX} [business_rule]")
     assert batch.results[0].translation.sqlstate == "23514"
     assert await notes(harness) == ["after"]
+
+
+@pytest.mark.parametrize("savepoints", [True, False])
+async def test_a_tool_that_swallows_its_error_meets_the_aborted_transaction_in_a_pipeline_or_not(harness, savepoints):
+    """Its next statement is refused with SQLSTATE 25P02 either way (pipelined the server skips it and psycopg
+    says ``PipelineAborted``): not an outage to retry, and the call after it runs (partial policy)."""
+    node = await setup(harness, "partial", savepoints=savepoints)
+    batch = await node.run_batch([call(0, "AddNoteOrCount", body="refused"), call(1, body="after")],
+                                 thread_id=f"t-p5-{savepoints}")
+
+    assert batch.results[0].translation.sqlstate == "25P02"
+    assert batch.results[0].outcome is Outcome.NOT_APPLIED
+    if savepoints:  # the savepoint undid the call alone; without one the transaction stayed aborted (C09)
+        assert batch.results[1].outcome is Outcome.APPLIED
+        assert await notes(harness) == ["after"]
+    else:
+        assert await notes(harness) == []
 
 
 @pytest.mark.parametrize("savepoints", [True, False])

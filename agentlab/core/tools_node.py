@@ -575,21 +575,29 @@ class TransactionalToolsNode:
         t0 = time.perf_counter()
         ctx = ToolContext(thread_id, c.call_id, self.safeguards, self.provider, tenant_id)
         applied: tuple[dict, str] | None = None
+        error: Exception | None = None
         try:
             async with conn.pipeline():
-                await conn.execute(SAVEPOINT)
-                applied = await self._apply(conn, c, ctx, thread_id, attempt)
-                await conn.execute(RELEASE_SAVEPOINT)
-                if commit:
-                    await conn.execute(COMMIT)
-        except Exception as exc:
-            tr = translate(exc, allowed_args=c.spec.arg_names, sanitize=self.safeguards.sanitize, hints=self.error_hints)
+                try:
+                    await conn.execute(SAVEPOINT)
+                    applied = await self._apply(conn, c, ctx, thread_id, attempt)
+                    await conn.execute(RELEASE_SAVEPOINT)
+                    if commit:
+                        await conn.execute(COMMIT)
+                except Exception as exc:  # noqa: BLE001 (held until the Sync: psycopg would log it as a second error)
+                    error = exc
+        except Exception as exc:  # noqa: BLE001 (the Sync's: a statement that failed there, or a lost connection)
+            error = error or exc
+        if error is not None:
+            if isinstance(error, psycopg.errors.PipelineAborted) and not conn.broken:
+                error = _aborted(error)
+            tr = translate(error, allowed_args=c.spec.arg_names, sanitize=self.safeguards.sanitize, hints=self.error_hints)
             if tr.infrastructure or conn.broken:  # a lost connection is named by the caller (:func:`_lost`)
-                raise
+                raise error
             latency_ms = (time.perf_counter() - t0) * 1000
             if commit and applied is not None and conn.info.transaction_status is TransactionStatus.IDLE:
                 # every statement of the call succeeded and COMMIT ran: the commit itself failed (C12)
-                commit_failed = translate(exc, sanitize=self.safeguards.sanitize, hints=self.error_hints)
+                commit_failed = translate(error, sanitize=self.safeguards.sanitize, hints=self.error_hints)
                 result, content = applied
                 return CallResult(c.index, c.call_id, c.name, Outcome.APPLIED, content, result=result,
                                   latency_ms=latency_ms), commit_failed
@@ -811,6 +819,16 @@ async def _undo_savepoint(conn) -> None:
         if conn.broken or is_infrastructure(exc):
             raise
         log.warning("ROLLBACK TO the failed call's savepoint failed: %s", exc)
+
+
+def _aborted(exc: psycopg.errors.PipelineAborted) -> psycopg.errors.InFailedSqlTransaction:
+    """What the server says outside a pipeline to a statement sent after an error in the same transaction
+    (SQLSTATE 25P02), for a tool that caught its statement's error and went on: inside a pipeline the
+    server skips that statement and psycopg raises ``PipelineAborted``, which carries no SQLSTATE."""
+    aborted = psycopg.errors.InFailedSqlTransaction(
+        "current transaction is aborted, commands ignored until end of transaction block")
+    aborted.__cause__ = exc
+    return aborted
 
 
 class _FatalNotice:
