@@ -11,8 +11,8 @@ import pytest
 
 from agentlab.core.messages import FAILED_PREFIX
 from agentlab.core.safeguards import preset
-from agentlab.core.toolspec import StrictArgs, Toolset, tool
 from agentlab.core.tools_node import Outcome, TransactionalToolsNode
+from agentlab.core.toolspec import StrictArgs, Toolset, tool
 from conftest import scalar
 
 NOTES = "CREATE TABLE pipelined_notes (id serial PRIMARY KEY, body text NOT NULL CHECK (body <> 'refused'))"
