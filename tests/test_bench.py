@@ -11,7 +11,8 @@ import sys
 from agentlab.domains.billing.tools import TOOLS
 from agentlab.runtime import db
 from agentlab.bench.suite import FIGURES, GOALS, RATIOS, TAU2_FIGURES
-from agentlab.bench.batch import BatchSource, create_bench_customer, node_batch, plain_batch, traced_statements
+from agentlab.bench.batch import (NAIVE_ROUND_TRIPS, NODE_ROUND_TRIPS, BatchSource, create_bench_customer, naive_batch,
+                                  node_batch, plain_batch, traced_statements)
 from agentlab.core.events import EventLog
 from agentlab.core.tools_node import TransactionalToolsNode
 from agentlab.core.safeguards import preset
@@ -46,7 +47,24 @@ async def test_plain_psycopg_batch_sends_exactly_the_nodes_sql(harness):
     assert node_sent == plain_sent
     assert node_sent.statements[0] == "BEGIN" and node_sent.statements[-1] == "COMMIT"
     assert sum(s.startswith("SAVEPOINT") for s in node_sent.statements) == 3  # a savepoint per call
-    assert node_sent.round_trips == 15  # BEGIN + prelude + look-up pipelined, 4 per call (+ the outbox row), COMMIT
+    # BEGIN + prelude + tenant + look-up pipelined; per call SAVEPOINT with the first statement, the ledger row
+    # with RELEASE (QueueRefund reads one statement more: the outbox row); the last call's Sync carries COMMIT
+    assert node_sent.round_trips == NODE_ROUND_TRIPS == 8
     # both batches applied: two memos, two refunds, six ledger rows
     assert await scalar(harness, "SELECT count(*) FROM credit_memos WHERE customer_id = %s", (source.customer_id,)) == 2
+    assert await scalar(harness, "SELECT count(*) FROM tool_executions WHERE thread_id = %s", (source.thread_id,)) == 6
+
+
+async def test_the_naive_nested_transactions_send_the_same_work_one_statement_at_a_time(harness):
+    source = BatchSource(await create_bench_customer(harness.pool))
+    node_sent = await traced_statements(harness.url, lambda pool: node_batch(
+        TransactionalToolsNode(pool, preset("full"), toolset=TOOLS, events=EventLog(None)), source.next()))
+    naive_sent = await traced_statements(harness.url, lambda pool: naive_batch(pool, source.next()))
+
+    def work(sent):  # the statements but the savepoints' own (psycopg names its savepoints itself)
+        return [s for s in sent.statements if not s.startswith(("SAVEPOINT", "RELEASE"))]
+
+    assert work(naive_sent) == work(node_sent)
+    assert sum(s.startswith("SAVEPOINT") for s in naive_sent.statements) == 3
+    assert naive_sent.round_trips == NAIVE_ROUND_TRIPS == len(naive_sent.statements) == 18  # one wait each
     assert await scalar(harness, "SELECT count(*) FROM tool_executions WHERE thread_id = %s", (source.thread_id,)) == 6

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from psycopg import pq
 
+from agentlab.core import tools_node
 from agentlab.core.tools_node import BIND_THREAD_TENANT, LEDGER_INSERT, LEDGER_LOOKUP_WITH_ARGS, TransactionalToolsNode, idempotency_key
 from agentlab.core.schema import AGENT_ROLE
 from agentlab.domains.billing.tools import CREATE_CREDIT_MEMO, CREATE_REFUND, APPLY_CREDIT
@@ -35,16 +36,18 @@ BATCH_TENANT = "acme"
 OPENING_CREDIT_CENTS = 10**9 // 2  # the bench deducts one cent per batch
 INSERT_BENCH_CUSTOMER = "INSERT INTO customers (tenant_id, name, credit_cents) VALUES (%s, %s, %s) RETURNING id"
 
-# The statements the node sends for the refund batch under ``full``, as psycopg sends them: BEGIN, the
-# prelude and the ledger look-up pipelined (one round trip), then a simple query for SAVEPOINT, RELEASE
-# and COMMIT and an extended query (bind parameters) for each tool's and ledger statement.
+# The statements the node sends for the refund batch under ``full``, all pipelined (extended queries): BEGIN,
+# the prelude, the thread's tenant and the ledger look-up in one round trip; per call SAVEPOINT with the
+# tool's first statement (one round trip), each further statement whose result the tool reads (one more),
+# the ledger row with RELEASE (one more, the call's Sync), the last call's Sync carrying COMMIT.
 BEGIN = "BEGIN"
 PRELUDE = ("SELECT set_config('role', %s, true), set_config('agentlab.tenant_id', %s, true), "
            "set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true), "
            "pg_advisory_xact_lock(hashtextextended(%s, 0))")
-SAVEPOINT = 'SAVEPOINT "_pg3_1"'
-RELEASE = 'RELEASE "_pg3_1"'
+SAVEPOINT, RELEASE = tools_node.SAVEPOINT, tools_node.RELEASE_SAVEPOINT
 COMMIT = "COMMIT"
+NODE_ROUND_TRIPS = 8  # 1 to open, 2 + 2 + 3 for the calls (QueueRefund reads two statements' results), COMMIT folded in
+NAIVE_ROUND_TRIPS = 18  # BEGIN, prelude, tenant, look-up; SAVEPOINT, each statement, ledger row, RELEASE per call; COMMIT
 
 _TRACE_MESSAGE = re.compile(r"^([FB])\t\d+\t(\w+)(?:\t ?(.*))?$", re.S)
 _PARSE_BODY = re.compile(r'^"[^"]*" "(.*)" \d+(?: \w+)*$', re.S)
@@ -104,7 +107,7 @@ async def node_batch(node: TransactionalToolsNode, batch: BatchCalls) -> None:
 
 
 async def plain_batch(pool, batch: BatchCalls, *, statement_timeout_ms: int = 2000, lock_timeout_ms: int = 300) -> None:
-    """The same batch in plain psycopg: exactly the statements the node sends, written out."""
+    """The same batch in plain psycopg: exactly the statements the node sends, pipelined as it pipelines them."""
     thread, c = batch.thread_id, batch.customer_id
     memo_args, credit_args, refund_args = batch.args
     keys = [idempotency_key(thread, cid, tenant_id=BATCH_TENANT) for cid in batch.call_ids]
@@ -119,33 +122,71 @@ async def plain_batch(pool, batch: BatchCalls, *, statement_timeout_ms: int = 20
             await bind.fetchall()
             await lookup.fetchall()
 
-            await conn.execute(SAVEPOINT)
+            async with conn.pipeline():  # SAVEPOINT goes with the first statement, the ledger row with RELEASE
+                await conn.execute(SAVEPOINT)
+                memo_id = (await (await conn.execute(CREATE_CREDIT_MEMO, (batch.reference, 1, "bench", c))).fetchone())[0]
+                memo = {"credit_memo_id": memo_id, "reference": batch.reference, "amount_cents": 1}
+                await conn.execute(LEDGER_INSERT, (keys[0], BATCH_TENANT, thread, batch.call_ids[0], 0,
+                                                   "CreateCreditMemo", json.dumps(memo_args), json.dumps(memo), 1))
+                await conn.execute(RELEASE)
+
+            async with conn.pipeline():
+                await conn.execute(SAVEPOINT)
+                left = (await (await conn.execute(APPLY_CREDIT, (1, c))).fetchone())[0]
+                credit = {"customer_id": c, "applied_cents": 1, "remaining_credit_cents": left}
+                await conn.execute(LEDGER_INSERT, (keys[1], BATCH_TENANT, thread, batch.call_ids[1], 0, "ApplyCredit",
+                                                   json.dumps(credit_args), json.dumps(credit), 1))
+                await conn.execute(RELEASE)
+
+            async with conn.pipeline():  # the last call's Sync carries COMMIT too
+                await conn.execute(SAVEPOINT)
+                refund_id = (await (await conn.execute(CREATE_REFUND, (batch.reference, 1, c))).fetchone())[0]
+                dedupe = f"refund:{c}:{batch.reference}"
+                payload = {"customer_id": c, "refund_id": refund_id, "amount_cents": 1, "reference": batch.reference}
+                queued = await (await conn.execute(INSERT_OUTBOX, (REFUND_TOPIC, json.dumps(payload), dedupe,
+                                                                   thread))).fetchone()
+                refund = {"refund_id": refund_id, "amount_cents": 1, "status": "queued" if queued else "already_queued"}
+                await conn.execute(LEDGER_INSERT, (keys[2], BATCH_TENANT, thread, batch.call_ids[2], 0, "QueueRefund",
+                                                   json.dumps(refund_args), json.dumps(refund), 1))
+                await conn.execute(RELEASE)
+                await conn.execute(COMMIT)
+        except BaseException:
+            if not conn.closed:
+                await conn.execute("ROLLBACK")
+            raise
+
+
+async def naive_batch(pool, batch: BatchCalls, *, statement_timeout_ms: int = 2000, lock_timeout_ms: int = 300) -> None:
+    """The same statements written the way psycopg's documentation nests transactions: an outer
+    ``conn.transaction()`` and one nested ``conn.transaction()`` (a savepoint) per call, every statement
+    waiting for its answer (:data:`NAIVE_ROUND_TRIPS` round trips, against the node's :data:`NODE_ROUND_TRIPS`)."""
+    thread, c = batch.thread_id, batch.customer_id
+    memo_args, credit_args, refund_args = batch.args
+    keys = [idempotency_key(thread, cid, tenant_id=BATCH_TENANT) for cid in batch.call_ids]
+    async with pool.connection() as conn, conn.transaction():
+        await conn.execute(PRELUDE, (AGENT_ROLE, BATCH_TENANT, f"{statement_timeout_ms}ms", f"{lock_timeout_ms}ms",
+                                     thread))
+        await (await conn.execute(BIND_THREAD_TENANT, {"thread": thread, "tenant": BATCH_TENANT})).fetchall()
+        await (await conn.execute(LEDGER_LOOKUP_WITH_ARGS, (keys,))).fetchall()
+        async with conn.transaction():
             memo_id = (await (await conn.execute(CREATE_CREDIT_MEMO, (batch.reference, 1, "bench", c))).fetchone())[0]
             memo = {"credit_memo_id": memo_id, "reference": batch.reference, "amount_cents": 1}
             await conn.execute(LEDGER_INSERT, (keys[0], BATCH_TENANT, thread, batch.call_ids[0], 0, "CreateCreditMemo",
                                                json.dumps(memo_args), json.dumps(memo), 1))
-            await conn.execute(RELEASE)
-
-            await conn.execute(SAVEPOINT)
+        async with conn.transaction():
             left = (await (await conn.execute(APPLY_CREDIT, (1, c))).fetchone())[0]
             credit = {"customer_id": c, "applied_cents": 1, "remaining_credit_cents": left}
             await conn.execute(LEDGER_INSERT, (keys[1], BATCH_TENANT, thread, batch.call_ids[1], 0, "ApplyCredit",
                                                json.dumps(credit_args), json.dumps(credit), 1))
-            await conn.execute(RELEASE)
-
-            await conn.execute(SAVEPOINT)
+        async with conn.transaction():
             refund_id = (await (await conn.execute(CREATE_REFUND, (batch.reference, 1, c))).fetchone())[0]
             dedupe = f"refund:{c}:{batch.reference}"
             payload = {"customer_id": c, "refund_id": refund_id, "amount_cents": 1, "reference": batch.reference}
-            queued = await (await conn.execute(INSERT_OUTBOX, (REFUND_TOPIC, json.dumps(payload), dedupe, thread))).fetchone()
+            queued = await (await conn.execute(INSERT_OUTBOX, (REFUND_TOPIC, json.dumps(payload), dedupe,
+                                                               thread))).fetchone()
             refund = {"refund_id": refund_id, "amount_cents": 1, "status": "queued" if queued else "already_queued"}
             await conn.execute(LEDGER_INSERT, (keys[2], BATCH_TENANT, thread, batch.call_ids[2], 0, "QueueRefund",
                                                json.dumps(refund_args), json.dumps(refund), 1))
-            await conn.execute(RELEASE)
-        except BaseException:
-            await conn.execute("ROLLBACK")
-            raise
-        await conn.execute(COMMIT)
 
 
 # --------------------------------------------------------------------------- what was sent
@@ -171,22 +212,25 @@ class Sent:
 
 
 def parse_trace(text: str) -> Sent:
-    """The statements and round trips in a libpq trace (``PQTRACE_REGRESS_MODE``): each simple ``Query``
-    and each ``Sync`` ends one round trip; an extended query's text is in its ``Parse`` message (a
+    """The statements and round trips in a libpq trace (``PQTRACE_REGRESS_MODE``): each simple ``Query``,
+    each ``Sync`` and each ``Flush`` (psycopg's flush request when a pipelined statement's result is read)
+    ends one round trip, but a ``Flush`` right after a ``Sync`` asks for nothing new (psycopg sends one
+    when it leaves a pipeline): the same wait. An extended query's text is in its ``Parse`` message (a
     statement prepared earlier on the connection has none: trace fresh connections)."""
-    statements, trips = [], 0
+    statements, trips, last = [], 0, None
     for raw in re.split(r"\n(?=[FB]\t\d+\t)", text.strip()):
         m = _TRACE_MESSAGE.match(raw)
         if m is None or m.group(1) != "F":
             continue
         kind, body = m.group(2), m.group(3) or ""
+        last, previous = kind, last
         if kind == "Query":
             statements.append(body[1:-1])
             trips += 1
         elif kind == "Parse":
             p = _PARSE_BODY.match(body)
             statements.append(p.group(1) if p else body)
-        elif kind == "Sync":
+        elif kind == "Sync" or (kind == "Flush" and previous != "Sync"):
             trips += 1
     return Sent(tuple(statements), trips)
 

@@ -2,7 +2,9 @@
 
 Figures (medians over repeats, with their spread; the names are :data:`FIGURES`):
 
-- the tools node's batch against plain psycopg sending exactly the same SQL (:mod:`agentlab.bench.batch`);
+- the tools node's batch against plain psycopg sending exactly the same SQL, pipelined the same way, and
+  against the naive nested-transaction pattern (the same statements, one round trip each), with the
+  round trips each sent and this process's CPU per batch (:mod:`agentlab.bench.batch`);
 - the full-safety episode against the same graph with no-op tools, on the Postgres checkpointer with
   durability ``sync``, ``async`` and ``exit``, and on LangGraph's in-memory saver (:mod:`agentlab.bench.episodes`);
 - the workshop experiment (:data:`WORKSHOP_PRESETS` x :data:`WORKSHOP_FAULTS`) in episodes per second at
@@ -72,7 +74,9 @@ QUICK = Mode("quick", 3, 100, 12, 1, 0, 3, (32,), 1, (1, 8))
 FULL = Mode("full", 5, 300, 40, 2, 5, WORKSHOP_EPISODES, CONCURRENCY_LEVELS, WORKSHOP_EPISODES, (1, 20, 60))
 
 FIGURES: dict[str, str] = {  # name -> unit
-    "node_batch_ms": "ms", "plain_batch_ms": "ms", "batch_round_trips": "round trips",
+    "node_batch_ms": "ms", "plain_batch_ms": "ms", "naive_batch_ms": "ms", "batch_round_trips": "round trips",
+    "naive_batch_round_trips": "round trips",
+    **{f"{side}_batch_cpu_ms": "ms" for side in ("node", "plain", "naive")},
     **{f"episode_{k}_{s}_per_s": "episodes/s" for s in ("sync", "async", "exit", "memory") for k in ("full", "noop")},
     "workshop_c1_per_s": "episodes/s", "workshop_best_per_s": "episodes/s", "workshop_best_concurrency": "episodes",
     "workshop_best_workers": "processes", "workshop_lab_cpu_ms_per_episode": "ms",
@@ -84,12 +88,15 @@ FIGURES: dict[str, str] = {  # name -> unit
 }
 RATIOS: dict[str, tuple[str, str]] = {  # name -> (numerator, denominator)
     "node_vs_plain": ("node_batch_ms", "plain_batch_ms"),
+    "naive_vs_node": ("naive_batch_ms", "node_batch_ms"),  # how many times faster the node is
+    "naive_vs_node_cpu": ("naive_batch_cpu_ms", "node_batch_cpu_ms"),  # this process's CPU, less moved by load
     **{f"full_vs_noop_{s}": (f"episode_full_{s}_per_s", f"episode_noop_{s}_per_s")
        for s in ("sync", "async", "exit", "memory")},
     "workshop_best_vs_c1": ("workshop_best_per_s", "workshop_c1_per_s"),
 }
 GOALS: dict[str, tuple[str, str, float]] = {  # name -> (figure or ratio, comparison, target)
     "node_within_1.15x_of_plain": ("node_vs_plain", "<=", 1.15),
+    "node_2x_faster_than_naive": ("naive_vs_node", ">=", 2.0),
     "full_at_least_85pct_of_noop": ("full_vs_noop_async", ">=", 0.85),
     "workshop_at_least_120_per_s": ("workshop_best_per_s", ">=", 120.0),
     "warm_start_under_2_s": ("server_warm_start_s", "<", 2.0),
@@ -199,8 +206,9 @@ async def _fresh_harness(purpose: str):
 
 
 async def bench_batch(report: Report) -> None:
-    """The node's batch against plain psycopg on the same SQL, interleaved repeats on one database."""
-    from agentlab.bench.batch import (BatchSource, create_bench_customer, node_batch, plain_batch,
+    """The node's batch against plain psycopg on the same SQL and against the naive nested transactions,
+    interleaved repeats on one database."""
+    from agentlab.bench.batch import (BatchSource, create_bench_customer, naive_batch, node_batch, plain_batch,
                                       traced_statements)
     from agentlab.core.events import EventLog
     from agentlab.core.tools_node import TransactionalToolsNode
@@ -214,27 +222,34 @@ async def bench_batch(report: Report) -> None:
         sent_node = await traced_statements(h.url, lambda pool: node_batch(
             TransactionalToolsNode(pool, preset("full"), toolset=h.toolset, events=EventLog(None)), source.next()))
         sent_plain = await traced_statements(h.url, lambda pool: plain_batch(pool, source.next()))
+        sent_naive = await traced_statements(h.url, lambda pool: naive_batch(pool, source.next()))
         report.notes["same_sql"] = sent_node == sent_plain
         report.notes["batch_statements"] = len(sent_node.statements)
         report.add("batch_round_trips", sent_node.round_trips)
+        report.add("naive_batch_round_trips", sent_naive.round_trips)
+        sides = {"node": lambda: node_batch(node, source.next()), "plain": lambda: plain_batch(h.pool, source.next()),
+                 "naive": lambda: naive_batch(h.pool, source.next())}
         for _ in range(30):  # warm: pool connections, prepared statements, caches
-            await node_batch(node, source.next())
-            await plain_batch(h.pool, source.next())
-        times: dict[str, list[float]] = {"node": [], "plain": []}
-        for _ in range(m.repeats):  # batches alternate one by one, so a busy moment hits both sides
-            per: dict[str, list[float]] = {"node": [], "plain": []}
+            for run in sides.values():
+                await run()
+        order = tuple(sides)
+        times: dict[str, list[float]] = {side: [] for side in sides}
+        cpus: dict[str, list[float]] = {side: [] for side in sides}
+        for _ in range(m.repeats):  # batches take turns one by one, so a busy moment hits every side
+            per: dict[str, list[float]] = {side: [] for side in sides}
+            cpu: dict[str, list[float]] = {side: [] for side in sides}
             for i in range(m.batches):
-                for side in (("node", "plain") if i % 2 == 0 else ("plain", "node")):
-                    t0 = time.perf_counter()
-                    if side == "node":
-                        await node_batch(node, source.next())
-                    else:
-                        await plain_batch(h.pool, source.next())
+                for side in order[i % 3:] + order[:i % 3]:
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    await sides[side]()
                     per[side].append((time.perf_counter() - t0) * 1000)
+                    cpu[side].append((time.process_time() - c0) * 1000)
             for side in per:
                 times[side].append(statistics.median(per[side]))
-        report.add("node_batch_ms", times["node"])
-        report.add("plain_batch_ms", times["plain"])
+                cpus[side].append(statistics.mean(cpu[side]))  # CPU adds up: the mean per batch
+        for side in sides:
+            report.add(f"{side}_batch_ms", times[side])
+            report.add(f"{side}_batch_cpu_ms", cpus[side])
     finally:
         await h.close()
 
@@ -438,6 +453,10 @@ async def run_bench(mode: Mode = QUICK, sections: tuple[str, ...] = SECTIONS) ->
 ROWS = (  # the text table: (label, figure, ratio beside it)
     ("tools node, one batch of 3 calls (ms)", "node_batch_ms", "node_vs_plain"),
     ("plain psycopg, the same SQL (ms)", "plain_batch_ms", None),
+    ("naive nested transactions, same SQL (ms)", "naive_batch_ms", "naive_vs_node"),
+    ("  this process's CPU: node (ms)", "node_batch_cpu_ms", None),
+    ("  plain psycopg (ms)", "plain_batch_cpu_ms", None),
+    ("  naive nested transactions (ms)", "naive_batch_cpu_ms", "naive_vs_node_cpu"),
     *((f"episode/s, {s}: full safety", f"episode_full_{s}_per_s", f"full_vs_noop_{s}") for s in
       ("sync", "async", "exit", "memory")),
     *((f"episode/s, {s}: no-op tools", f"episode_noop_{s}_per_s", None) for s in ("sync", "async", "exit", "memory")),
@@ -482,7 +501,8 @@ def render(report: Report) -> str:
                      f"running the lab alone top out at {fig['workshop_two_core_ceiling_per_s']['median']} episodes/s)")
     if "same_sql" in d["notes"]:
         lines.append(f"(node and plain psycopg sent the same SQL: {d['notes']['same_sql']}, "
-                     f"{int(fig['batch_round_trips']['median'])} round trips per batch)")
+                     f"{int(fig['batch_round_trips']['median'])} round trips per batch; the naive nested "
+                     f"transactions {int(fig['naive_batch_round_trips']['median'])})")
     lines += ["", "goals:"]
     for name, g in d["goals"].items():
         mark = "n/a" if g["met"] is None else ("met" if g["met"] else "MISSED")

@@ -12,8 +12,12 @@ Under the ``full`` preset a batch (the tool calls of one ``AIMessage``) runs lik
    occurrence: :func:`idempotency_key`) is stored returns the stored result instead of running again
    (node retry, resume after a crash).
    BEGIN, the prelude's ``SELECT`` and the look-up are pipelined: three statements, one round trip;
-4. per call a SAVEPOINT (psycopg's nested ``conn.transaction()``) holding the call's SQL and its
-   ledger row, so a failure is attributed to its call and leaves the transaction usable. The ledger
+4. per call a SAVEPOINT holding the call's SQL and its ledger row, so a failure is attributed to its
+   call and leaves the transaction usable. Each call is pipelined on its own (psycopg's pipeline mode,
+   one Sync per call): the SAVEPOINT goes out with the tool's first statement, the ledger row with the
+   RELEASE, and the last call's Sync carries the batch's COMMIT, so a one-statement tool costs two round
+   trips and the batch one more to open (the refund story's three calls: 8, against 15 with a round
+   trip per statement after the opening one). The ledger
    row is inserted inside the call's savepoint, not with the batch's rows at the end: a row that
    cannot be stored (a duplicate key, a value JSONB refuses) must fail its own call only, and under
    the partial policy a call's row must commit with exactly that call's effects;
@@ -48,12 +52,13 @@ from enum import Enum
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.pq import TransactionStatus
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
-from agentlab.core.errors import Category, ErrorHints, ToolError, Translation, translate
+from agentlab.core.errors import Category, ErrorHints, ToolError, Translation, is_infrastructure, translate
 from agentlab.core.storable import storable
 from agentlab.core.messages import (
     BATCH_ROLLED_BACK, CALL_ID_TOO_LONG, COMMIT_FAILED, DUPLICATE_CALL_ID, FAILED_PREFIX, FAILED_TEMPLATE,
@@ -92,6 +97,11 @@ BEGIN, COMMIT, ROLLBACK = "BEGIN", "COMMIT", "ROLLBACK"
 # the batch's BEGIN per isolation level (Safeguards.isolation_level); read committed is the server's default
 BEGIN_AT = {READ_COMMITTED: BEGIN, REPEATABLE_READ: "BEGIN ISOLATION LEVEL REPEATABLE READ",
             SERIALIZABLE: "BEGIN ISOLATION LEVEL SERIALIZABLE"}
+# the savepoint each call runs in (the node's own, named here: one call's block is open at a time)
+SAVEPOINT_NAME = "tool_call"
+SAVEPOINT = sql.SQL("SAVEPOINT {}").format(sql.Identifier(SAVEPOINT_NAME))
+RELEASE_SAVEPOINT = sql.SQL("RELEASE {}").format(sql.Identifier(SAVEPOINT_NAME))
+ROLLBACK_TO_SAVEPOINT = sql.SQL("ROLLBACK TO {}").format(sql.Identifier(SAVEPOINT_NAME))
 SET_SEARCH_PATH = "SELECT set_config('search_path', %s, false)"
 RESET_SEARCH_PATH = "RESET search_path"
 
@@ -420,8 +430,12 @@ class TransactionalToolsNode:
     async def _run_with_savepoints(self, runnable: list[_Call], results: dict[int, CallResult], ran_ok: set[int],
                                    thread_id: str, tenant_id: str | None, attempt: int,
                                    run_token: str | None = None) -> bool:
-        """One transaction (opened by :meth:`_open`), a savepoint per call (psycopg's nested
-        ``conn.transaction()``), every applied call reported only after COMMIT returned (case C12).
+        """One transaction (opened by :meth:`_open`), a savepoint per call, each call pipelined on its own
+        (:meth:`_call_in_savepoint`), every applied call reported only after COMMIT returned (case C12).
+
+        COMMIT goes out with the last call's own round trip when nothing runs after it (no ``after_call``
+        hook); when that call fails the server skips the COMMIT, the call's savepoint is undone, and the
+        batch ends as any other (COMMIT under the partial policy, ROLLBACK under the atomic one).
 
         A call the ledger holds is replayed; a failed call rolls back its savepoint only; under the atomic
         policy it also ends the batch with ROLLBACK and its siblings are answered NOT APPLIED."""
@@ -429,12 +443,18 @@ class TransactionalToolsNode:
         stop = False
         pending: dict[int, CallResult] = {}
         async with self.pool.connection() as conn:
+            fatal = _FatalNotice()  # in a pipeline, a terminated backend's last words arrive as a notice
+            conn.add_notice_handler(fatal)
             try:
                 stored = await self._open(conn, runnable, thread_id, tenant_id, run_token)
-                for c in runnable:
+                ended: Translation | bool | None = None  # COMMIT sent with the last call: True, or why it failed
+                for pos, c in enumerate(runnable):
                     result = self._from_ledger(c, stored.get(self._key(thread_id, tenant_id, c)))
                     if result is None:
-                        result = await self._call(conn, c, thread_id, tenant_id, attempt, savepoint=True)
+                        # nothing runs after the last call (no after_call hook): its round trip carries COMMIT
+                        commit = pos == len(runnable) - 1 and not self.hooks.after_call
+                        result, ended = await self._call_in_savepoint(conn, c, thread_id, tenant_id, attempt,
+                                                                      commit=commit)
                     if result.outcome is Outcome.APPLIED:
                         pending[c.index] = result  # reported only after COMMIT returns
                         ran_ok.add(c.index)
@@ -445,10 +465,17 @@ class TransactionalToolsNode:
                     if result.outcome is Outcome.FAILED and sg.policy is Policy.ATOMIC:
                         stop = True
                         break
-                commit_failed = await self._end(conn, stop)
-            except BaseException:
+                if ended is None:
+                    commit_failed = await self._end(conn, stop)
+                else:
+                    commit_failed = None if ended is True else ended
+            except BaseException as exc:
                 await _rollback_quietly(conn)
+                if isinstance(exc, Exception) and (lost := _lost(conn, exc, fatal)) is not None:
+                    raise lost from exc
                 raise
+            finally:
+                conn.remove_notice_handler(fatal)
         if commit_failed is not None:
             self._commit_failed(runnable, results, pending, ran_ok, commit_failed, thread_id, attempt)
             return True
@@ -481,7 +508,7 @@ class TransactionalToolsNode:
                             stop = True
                             break
                         continue
-                    result = await self._call(conn, c, thread_id, tenant_id, attempt, savepoint=False)
+                    result = await self._call(conn, c, thread_id, tenant_id, attempt)
                     results[c.index] = result  # a first draft reports as it goes: the C09 trap
                     if result.outcome is Outcome.APPLIED:
                         ran_ok.add(c.index)
@@ -520,21 +547,78 @@ class TransactionalToolsNode:
         return CallResult(c.index, c.call_id, c.name, Outcome.REPLAYED, result_content(stored_result),
                           result=stored_result)
 
-    async def _call(self, conn, c: _Call, thread_id: str, tenant_id: str | None, attempt: int, *,
-                    savepoint: bool) -> CallResult:
-        """Run one call's handler and ledger insert on ``conn`` (inside a savepoint of its own when
-        ``savepoint``, rolled back on failure): APPLIED, or FAILED with its translated reason. An
-        infrastructure error is raised (the graph's retry policy decides)."""
+    async def _call_in_savepoint(self, conn, c: _Call, thread_id: str, tenant_id: str | None, attempt: int, *,
+                                 commit: bool) -> tuple[CallResult, Translation | bool | None]:
+        """Run one call in a savepoint of its own, pipelined: its statements are the ones psycopg's nested
+        ``conn.transaction()`` sends, in the same order, with one Sync per call.
+
+        The SAVEPOINT is queued and goes out with the tool's first statement (when the handler reads its
+        result, psycopg sends a flush request: one round trip); the ledger INSERT and the RELEASE go out with
+        the Sync that ends the pipeline (the second round trip), and with ``commit`` the batch's COMMIT too.
+        A one-statement tool costs two round trips; each further statement whose result the handler reads,
+        one more.
+
+        An error is still this call's: the pipeline holds no other call's statements. After one, the server
+        skips the call's remaining statements up to the Sync (COMMIT included), and ROLLBACK TO and RELEASE
+        undo the call alone, in one more round trip.
+
+        Returns the call's result (APPLIED or FAILED) and what happened to a ``commit``: None when none was
+        sent (or the call failed before it ran), True when it returned, the translated reason when COMMIT
+        itself failed (the call's statements had all succeeded: case C12; the batch is rolled back).
+
+        Raises:
+            Exception: an infrastructure error, a lost connection included, as psycopg raised it (the caller
+                names a lost one, :func:`_lost`; the graph's retry policy decides).
+        """
+        if self.hooks.before_call:
+            await run_hooks(self.hooks.before_call, c, c.index)
+        t0 = time.perf_counter()
+        ctx = ToolContext(thread_id, c.call_id, self.safeguards, self.provider, tenant_id)
+        applied: tuple[dict, str] | None = None
+        error: Exception | None = None
+        try:
+            async with conn.pipeline():
+                try:
+                    await conn.execute(SAVEPOINT)
+                    applied = await self._apply(conn, c, ctx, thread_id, attempt)
+                    await conn.execute(RELEASE_SAVEPOINT)
+                    if commit:
+                        await conn.execute(COMMIT)
+                except Exception as exc:  # noqa: BLE001 (held until the Sync: psycopg would log it as a second error)
+                    error = exc
+        except Exception as exc:  # noqa: BLE001 (the Sync's: a statement that failed there, or a lost connection)
+            error = error or exc
+        if error is not None:
+            if isinstance(error, psycopg.errors.PipelineAborted) and not conn.broken:
+                error = _aborted(error)
+            tr = translate(error, allowed_args=c.spec.arg_names, sanitize=self.safeguards.sanitize, hints=self.error_hints)
+            if tr.infrastructure or conn.broken:  # a lost connection is named by the caller (:func:`_lost`)
+                raise error
+            latency_ms = (time.perf_counter() - t0) * 1000
+            if commit and applied is not None and conn.info.transaction_status is TransactionStatus.IDLE:
+                # every statement of the call succeeded and COMMIT ran: the commit itself failed (C12)
+                commit_failed = translate(error, sanitize=self.safeguards.sanitize, hints=self.error_hints)
+                result, content = applied
+                return CallResult(c.index, c.call_id, c.name, Outcome.APPLIED, content, result=result,
+                                  latency_ms=latency_ms), commit_failed
+            await _undo_savepoint(conn)
+            failed = _failed(c.index, c.call_id, c.name, tr)
+            failed.latency_ms = latency_ms
+            return failed, None
+        result, content = applied
+        return CallResult(c.index, c.call_id, c.name, Outcome.APPLIED, content, result=result,
+                          latency_ms=(time.perf_counter() - t0) * 1000), (True if commit else None)
+
+    async def _call(self, conn, c: _Call, thread_id: str, tenant_id: str | None, attempt: int) -> CallResult:
+        """Run one call's handler and ledger insert on ``conn``, without a savepoint (the first draft):
+        APPLIED, or FAILED with its translated reason. An infrastructure error is raised (the graph's
+        retry policy decides)."""
         if self.hooks.before_call:
             await run_hooks(self.hooks.before_call, c, c.index)
         t0 = time.perf_counter()
         ctx = ToolContext(thread_id, c.call_id, self.safeguards, self.provider, tenant_id)
         try:
-            if savepoint:
-                async with conn.transaction():
-                    result, content = await self._apply(conn, c, ctx, thread_id, attempt)
-            else:
-                result, content = await self._apply(conn, c, ctx, thread_id, attempt)
+            result, content = await self._apply(conn, c, ctx, thread_id, attempt)
         except Exception as exc:
             tr = translate(exc, allowed_args=c.spec.arg_names, sanitize=self.safeguards.sanitize, hints=self.error_hints)
             if tr.infrastructure:
@@ -721,6 +805,71 @@ async def _rollback_quietly(conn) -> None:
         await conn.execute(ROLLBACK)
     except psycopg.Error as exc:
         log.warning("ROLLBACK after a failed batch failed too: %s", exc)
+
+
+async def _undo_savepoint(conn) -> None:
+    """ROLLBACK TO the call's savepoint and RELEASE it, pipelined (one round trip): the call is undone, the
+    transaction usable again. A failure is logged (the call's own error is what the model is told) and
+    leaves the transaction aborted, so the later calls meet SQLSTATE 25P02; a lost connection is raised."""
+    try:
+        async with conn.pipeline():
+            await conn.execute(ROLLBACK_TO_SAVEPOINT)
+            await conn.execute(RELEASE_SAVEPOINT)
+    except Exception as exc:
+        if conn.broken or is_infrastructure(exc):
+            raise
+        log.warning("ROLLBACK TO the failed call's savepoint failed: %s", exc)
+
+
+def _aborted(exc: psycopg.errors.PipelineAborted) -> psycopg.errors.InFailedSqlTransaction:
+    """What the server says outside a pipeline to a statement sent after an error in the same transaction
+    (SQLSTATE 25P02), for a tool that caught its statement's error and went on: inside a pipeline the
+    server skips that statement and psycopg raises ``PipelineAborted``, which carries no SQLSTATE."""
+    aborted = psycopg.errors.InFailedSqlTransaction(
+        "current transaction is aborted, commands ignored until end of transaction block")
+    aborted.__cause__ = exc
+    return aborted
+
+
+class _FatalNotice:
+    """A notice handler keeping the last FATAL or PANIC report: the server's reason for closing the connection.
+
+    Outside a pipeline libpq hands a terminated backend's ``FATAL`` message to the waiting statement as its
+    error (``AdminShutdown``, SQLSTATE 57P01); inside one it arrives while no result is awaited, and libpq
+    passes it to the notice handlers instead."""
+
+    def __init__(self) -> None:
+        self.sqlstate: str | None = None
+        self.message: str | None = None
+
+    def __call__(self, diag) -> None:  # diag is valid during the call only: its fields are copied
+        if (diag.severity_nonlocalized or diag.severity) in ("FATAL", "PANIC") and diag.sqlstate:
+            self.sqlstate, self.message = diag.sqlstate, diag.message_primary
+
+
+def _lost(conn, exc: Exception, fatal: _FatalNotice) -> psycopg.OperationalError | None:
+    """The error a lost connection raises outside a pipeline, for ``exc`` raised inside one; None when the
+    connection is alive or ``exc`` already is that error.
+
+    Outside a pipeline psycopg reports a terminated backend as the server's own error (``AdminShutdown``,
+    SQLSTATE 57P01: "terminating connection due to administrator command") and a vanished server as a
+    :class:`psycopg.OperationalError`; the translator retries both. Inside a pipeline the same loss comes as
+    "consuming input failed", ``PipelineAborted`` for the statements never answered, or a protocol error,
+    while the server's reason went to the notice handlers (``fatal``). Here it becomes the error the server
+    sent (the psycopg class of its SQLSTATE, with its message), else an ``OperationalError`` with the text
+    psycopg gave (the caller chains ``exc``)."""
+    if not (conn.closed or conn.broken):
+        return None
+    if fatal.sqlstate is not None and getattr(exc, "sqlstate", None) != fatal.sqlstate:
+        try:
+            cls = psycopg.errors.lookup(fatal.sqlstate)
+        except KeyError:  # a SQLSTATE psycopg has no class for
+            cls = None
+        if cls is not None and issubclass(cls, psycopg.OperationalError):
+            return cls(fatal.message or str(exc))
+    if isinstance(exc, psycopg.OperationalError) and not isinstance(exc, psycopg.errors.PipelineAborted):
+        return None
+    return psycopg.OperationalError(f"the connection was lost: {exc}")
 
 
 def _as_json(value: Any) -> Any:
