@@ -20,6 +20,9 @@ hallucinations, constraints  the scripted model sends the bad arguments (the cat
 ``worker_crash``             the process calling the provider dies after the provider answered (the
                              provider handed to the agent; with the kit's outbox, the outbox worker)
 ``crash_mid_node``           needs a hook inside the tools step: only agents exposing ``node_hooks``
+the concurrency family       two runs of the agent's graph at once on one customer (one thread, or two),
+                             a barrier on the connections of the pool the agent is handed
+                             (:mod:`agentlab.lab.yardstick_concurrency`)
 ===========================  ===========================================================================
 
 A fault that cannot apply to an agent (a hook it does not expose, a hallucination a real model would
@@ -55,12 +58,13 @@ from psycopg_pool import AsyncConnectionPool
 from agentlab.core.errors import SimulatedCrash
 from agentlab.core.outbox import OutboxWorker
 from agentlab.lab.agents import AgentContext, AgentSpec, resolve_agent
-from agentlab.lab.faults import fault_scenarios
+from agentlab.lab.faults import Concurrent, fault_scenarios
 from agentlab.lab.invariants import KINDS, check_episode
 from agentlab.lab.runner import CrashableSaver, PoolPair, RunAccess
 from agentlab.lab.wire import NetworkProvider, Wire, WiredConnection
 from agentlab.lab.yardstick_faults import NA, YardstickFault, get_yardstick_fault
 from agentlab.runtime.harness import Episode, Harness, checkpointer_pool
+from agentlab.runtime.models import prompt_for_model
 from agentlab.sim.model import ScriptedChatModel
 
 QUIET_CAP_S = 5.0  # how long an episode waits for the work its agent left running
@@ -251,6 +255,10 @@ class Yardstick:
         if yf.name not in self._installed:
             await yf.fault.install(h.pool)
             self._installed.add(yf.name)
+        if isinstance(yf.fault, Concurrent):
+            from agentlab.lab.yardstick_concurrency import run_two
+
+            return await run_two(self, spec, yf.fault, out)
         sg = yf.fault.episode_safeguards(spec.checked_as) if spec.safeguards is not None else spec.checked_as
         out.safeguards, out.outbox = sg, sg.outbox
         out.thread_id = f"{spec.name.replace(':', '-')}-{yf.name}-{uuid.uuid4().hex[:12]}"
@@ -277,7 +285,8 @@ class Yardstick:
             if "node_hooks" in yf.needs:
                 await yf.fault.arm(out)
             try:
-                state = await graph.ainvoke({"messages": [HumanMessage(sc.prompt)]}, config, durability=durability)
+                state = await graph.ainvoke({"messages": [HumanMessage(self.prompt(sc, out.customer_ids))]}, config,
+                                            durability=durability)
             except SimulatedCrash:
                 out.crashed = True
             except Exception as exc:  # noqa: BLE001 (what the agent raised is a result)
@@ -315,13 +324,18 @@ class Yardstick:
         out.violations = await check_episode(h.pool, ep, sc, sg, h.domain)
         return out
 
+    def prompt(self, scenario, customer_ids: list[int]) -> str:
+        """The user's message: the scenario's prompt; for a real model, followed by the ids the episode
+        created (:func:`agentlab.runtime.models.prompt_for_model`), which a real model cannot guess."""
+        return scenario.prompt if self.scripted else prompt_for_model(scenario, customer_ids)
+
     async def _process(self, processes: list) -> EpisodeProcess:
         p = await EpisodeProcess(self.harness.url).open()
         processes.append(p)
         return p
 
-    def _build(self, spec: AgentSpec, process: EpisodeProcess, script, seed: int, run: AgentRun):
-        ctx = AgentContext(self.make_model(script, seed), process.pool, run.agent_provider or run.network_provider,
+    def _build(self, spec: AgentSpec, process: EpisodeProcess, script, seed: int, run: AgentRun, *, pool=None):
+        ctx = AgentContext(self.make_model(script, seed), pool or process.pool, run.agent_provider or run.network_provider,
                            process.saver, self.harness.domain, self.harness.events,
                            safeguards=run.safeguards if spec.safeguards is not None else None)
         graph = spec.build(ctx)
