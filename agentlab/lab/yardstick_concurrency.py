@@ -65,6 +65,8 @@ from agentlab.lab.yardstick_faults import NA
 from agentlab.runtime.harness import Episode
 
 PARTIES = ("A", "B")
+BARRIER_S = 10.0  # the barrier's bound per phase; it lets go early as soon as the other run arrived, ended or
+# waits on this one's lock, so only a load that stalls a run this long changes the interleaving
 REFUSED = "ThreadBusy (refused)"
 
 
@@ -100,7 +102,7 @@ async def run_two(ys: Yardstick, spec: AgentSpec, fault: Concurrent, out: AgentR
     async with h.pool.connection() as conn:
         out.customer_ids = ids = await h.domain.create_rows(conn, sc_a, sg.schema)
     runs = [Run("A", thread, sc_a, out.seed), Run("B", thread if fault.same_thread else f"{thread}-b", sc_b, out.seed + 1)]
-    gate = Rendezvous(h.pool, PARTIES, meets_at(*fault.acts))
+    gate = Rendezvous(h.pool, PARTIES, meets_at(*fault.acts), timeout_s=BARRIER_S)
     out.network_provider = NetworkProvider(h.provider)
     kit = spec.safeguards is not None
     processes = []
