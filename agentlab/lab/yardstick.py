@@ -48,16 +48,23 @@ import asyncio
 import random
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import HumanMessage, ToolMessage
 from psycopg_pool import AsyncConnectionPool
 
 from agentlab.core.errors import SimulatedCrash
 from agentlab.core.outbox import OutboxWorker
-from agentlab.lab.agents import AgentContext, AgentSpec, resolve_agent
+from agentlab.lab.agents import (
+    AgentContext,
+    AgentSpec,
+    as_domain_messages,
+    describe_raised,
+    rename_script,
+    resolve_agent,
+)
 from agentlab.lab.faults import Concurrent, fault_scenarios
 from agentlab.lab.invariants import KINDS, check_episode
 from agentlab.lab.runner import CrashableSaver, PoolPair, RunAccess
@@ -173,28 +180,6 @@ class AgentRun(RunAccess):
         return {**{k: c.get(k, 0) for k in KINDS}, **{k: n for k, n in c.items() if k not in KINDS}}
 
 
-def rename_script(script: list[list], names: dict[str, str]) -> list[list]:
-    """The scripted model's batches with the domain's tool names replaced by the agent's (``names``)."""
-    return [[replace(call, tool=names.get(call.tool, call.tool)) for call in step] for step in script]
-
-
-def as_domain_messages(messages: Sequence[BaseMessage], names: dict[str, str]) -> list[BaseMessage]:
-    """``messages`` with the agent's tool names mapped back to the domain's (``names`` is domain ->
-    agent), so the domain's invariants read the calls they know. Other messages are kept as they are."""
-    back = {v: k for k, v in names.items()}
-    if not back:
-        return list(messages)
-    out: list[BaseMessage] = []
-    for m in messages:
-        if isinstance(m, AIMessage) and m.tool_calls:
-            calls = [{**tc, "name": back.get(tc["name"], tc["name"])} for tc in m.tool_calls]
-            m = m.model_copy(update={"tool_calls": calls})
-        elif isinstance(m, ToolMessage) and m.name in back:
-            m = m.model_copy(update={"name": back[m.name]})
-        out.append(m)
-    return out
-
-
 def _leftover_tasks(before: set) -> set:
     """Tasks started since ``before`` that belong to the agent (not a pool's own workers)."""
     current = asyncio.current_task()
@@ -290,7 +275,7 @@ class Yardstick:
             except SimulatedCrash:
                 out.crashed = True
             except Exception as exc:  # noqa: BLE001 (what the agent raised is a result)
-                out.raised = _describe(exc)
+                out.raised = describe_raised(exc)
             await self._quiet(before)
             if out.crashed:
                 await yf.fault.before_restart(out)
@@ -301,7 +286,7 @@ class Yardstick:
                 try:
                     state = await graph.ainvoke(None, config, durability=durability)
                 except Exception as exc:  # noqa: BLE001 (what the agent raised is a result)
-                    out.raised = _describe(exc)
+                    out.raised = describe_raised(exc)
                     state = None
                 await self._quiet(before)
             if state is None:
@@ -348,10 +333,3 @@ class Yardstick:
         left = _leftover_tasks(before)
         if left:
             await asyncio.wait(left, timeout=QUIET_CAP_S)
-
-
-def _describe(exc: BaseException) -> str:
-    """What an agent's run raised, as the table shows it: the exception's class, and the SQLSTATE when
-    PostgreSQL gave one."""
-    state = getattr(exc, "sqlstate", None)
-    return type(exc).__name__ + (f" ({state})" if state else "")

@@ -44,7 +44,12 @@ from langchain_core.messages import HumanMessage
 
 from agentlab.core.outbox import OutboxWorker
 from agentlab.core.run_lock import ThreadBusy, invoke_with_lease
-from agentlab.lab.agents import AgentSpec
+from agentlab.lab.agents import (
+    AgentSpec,
+    as_domain_messages,
+    describe_raised,
+    rename_script,
+)
 from agentlab.lab.concurrency import (
     MESSAGE_CHECKS,
     Rendezvous,
@@ -54,13 +59,6 @@ from agentlab.lab.concurrency import (
 from agentlab.lab.faults import Concurrent
 from agentlab.lab.invariants import check_messages, check_state, read_records
 from agentlab.lab.wire import NetworkProvider
-from agentlab.lab.yardstick import (
-    AgentRun,
-    Yardstick,
-    _describe,
-    as_domain_messages,
-    rename_script,
-)
 from agentlab.lab.yardstick_faults import NA
 from agentlab.runtime.harness import Episode
 
@@ -84,9 +82,10 @@ class Run:
     messages: list = field(default_factory=list)
 
 
-async def run_two(ys: Yardstick, spec: AgentSpec, fault: Concurrent, out: AgentRun) -> AgentRun:
-    """Play ``fault`` with ``spec``'s graph run twice at once on ``ys``'s harness, check it, and fill
-    ``out`` (its scenario and seed already chosen by :meth:`agentlab.lab.yardstick.Yardstick.run`).
+async def run_two(ys: Any, spec: AgentSpec, fault: Concurrent, out: Any) -> Any:
+    """Play ``fault`` with ``spec``'s graph run twice at once on the harness of ``ys`` (the
+    :class:`agentlab.lab.yardstick.Yardstick` calling), check it, and fill ``out`` (its
+    :class:`agentlab.lab.yardstick.AgentRun`, scenario and seed already chosen by ``Yardstick.run``); return it.
 
     ``out.raised`` names what the runs raised, by count, not by party (``"1 of 2 runs: UniqueViolation
     (23505)"``; ``None`` when both ended): which of two runs a lock or a lease lets through first is the
@@ -129,7 +128,7 @@ async def run_two(ys: Yardstick, spec: AgentSpec, fault: Concurrent, out: AgentR
             except ThreadBusy:
                 r.raised = REFUSED
             except Exception as exc:  # noqa: BLE001 (what the agent raised is a result)
-                r.raised = _describe(exc)
+                r.raised = describe_raised(exc)
             finally:
                 gate.leave(r.party)
 
