@@ -298,7 +298,8 @@ TAU2_TABLE_CONCURRENCY = 6  # workers: 7 connections each; the waiting faults ov
 
 async def bench_tau2(report: Report) -> None:
     """tau2-bench retail: the 114 tasks under ``full`` and no fault (repeats), and the whole table once in
-    the full mode (``full`` and ``naive`` x every retail fault, 1,596 task runs); each checks every hash."""
+    the full mode (``full`` and ``naive`` x every retail fault: 2,052 task runs with its 9 faults); each
+    checks every hash."""
     from agentlab.lab.tau2 import FAULTS as TAU2_FAULTS
     from agentlab.lab.tau2 import run_tau2
 

@@ -21,6 +21,7 @@ in another state on purpose, and the ``item_matches_variant`` invariant holds th
 from __future__ import annotations
 
 from agentlab.core.domain import Domain, Invariant, InvariantContext, Migration
+from agentlab.core.errors import ErrorHints
 from agentlab.core.scenario import PlannedCall, Scenario
 from agentlab.core.schema import AGENT_ROLE
 from agentlab.core.toolspec import Toolset, ToolSpec
@@ -30,6 +31,10 @@ from agentlab.domains.retail.reset import CHANGE_LOG_SQL, SNAPSHOT_SQL
 from agentlab.domains.retail.tools import specs
 
 TENANT = "tau2"
+ERROR_HINTS = ErrorHints(constraints={
+    "orders_cancel_reason_valid": "Invalid reason",  # tau2's words for the refusals the schema makes
+    "orders_exchange_payment_method_owned": "Payment method not found",
+})
 LAST_VARIANT_BUG_TASKS = ("20", "21", "36", "37", "100")
 """The tasks whose golden actions meet tau2's last-variant bug (9 items in all; see :mod:`.tools`)."""
 
@@ -281,7 +286,7 @@ def retail_domain(*, reproduce_last_variant_bug: bool = True) -> Domain:
     return Domain(
         "retail", toolset=toolset(reproduce_last_variant_bug), scenarios=SCENARIOS, create_rows=create_rows,
         schema="retail", migrations=MIGRATIONS, seed=seed, seed_files=SEED_FILES, invariants=INVARIANTS,
-        export_state=export_state, tenant_id=TENANT,
+        export_state=export_state, tenant_id=TENANT, error_hints=ERROR_HINTS,
         description="tau2-bench retail (a2c0247): 16 tools, 114 tasks' golden actions"
                     + ("" if reproduce_last_variant_bug else "; tau2's last-variant bug fixed"),
     )

@@ -14,6 +14,12 @@ title is the tool's snake_case name) and an async handler
   caller rolls the call back, so a refused call has no effect (tau2 mutates its Python objects in
   place, but none of its refusals in these tools comes after a mutation that the data can reach:
   the payment methods it re-reads always exist here, by FK).
+- Two of tau2's refusals are the schema's: a cancel reason other than tau2's two (the CHECK
+  ``orders_cancel_reason_valid``) and an exchange's payment method the user does not have (the FOREIGN
+  KEY ``orders_exchange_payment_method_owned``). The write raises psycopg's ``CheckViolation`` /
+  ``ForeignKeyViolation``; the caller rolls it back and its translator gives the model tau2's words
+  (:data:`agentlab.domains.retail.domain.ERROR_HINTS`). tau2 refuses them before any change, so does the
+  port inside a transaction; without one, the statements before the refused one stay.
 - The return value mirrors tau2's: the ``Order`` / ``User`` / ``Product`` / ``Variant`` JSON of
   :mod:`.export` (money as floats), a user id, or a text.
 
@@ -467,8 +473,8 @@ async def cancel_pending_order(conn, args, ctx) -> dict:
     user_id, status = await _lock_order(conn, order_id)
     if status != "pending":
         raise ToolError("Non-pending order cannot be cancelled", Category.BUSINESS_RULE)
-    if reason not in CANCEL_REASONS:
-        raise ToolError("Invalid reason", Category.INVALID_ARGUMENTS)
+    # the reason is the schema's to check: the CHECK orders_cancel_reason_valid refuses any but tau2's two
+    # at the UPDATE below, and the translator words it as tau2 ("Invalid reason", retail's error hints)
     payments = await _all(conn, PAYMENTS, (order_id,))
     methods = await _lock_payment_methods(conn, user_id, [p[3] for p in payments])
     # tau2 refunds every entry of the history (a refund entry too) and credits gift cards at once
@@ -506,7 +512,9 @@ async def exchange_delivered_order_items(conn, args, ctx) -> dict:
         if not available:
             raise ToolError(f"New item {new_item_id} not found or available", Category.BUSINESS_RULE)
         diff += new_price - item[2]
-    source, balance = await _payment_method(conn, user_id, pm_id, lock=True)
+    # a payment method the user does not have is the schema's to refuse: the FOREIGN KEY
+    # orders_exchange_payment_method_owned at the UPDATE below ("Payment method not found", as tau2)
+    source, balance = (await _lock_payment_methods(conn, user_id, [pm_id])).get(pm_id, (None, None))
     if source == "gift_card" and balance < diff:
         raise ToolError("Insufficient gift card balance to pay for the price difference", Category.BUSINESS_RULE)
     await conn.execute(
