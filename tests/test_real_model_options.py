@@ -25,6 +25,7 @@ from agentlab.runtime.models import (
     safe_url,
     scrub,
 )
+from conftest import scalar
 
 REFUND_MODEL = "Qwen/Qwen2.5-7B-Instruct-refund"
 SECRET = "sk-proj-Sup3rSecretKeyValue0123456789"
@@ -149,3 +150,50 @@ async def test_lab_faults_through_the_real_client_keep_every_invariant_under_ful
     assert state["customers"][0]["final_credit_cents"] == 2500 and state["customers"][0]["provider_refunds"] == 1
     if fault != "none" and fault != "backend_killed":
         assert run.crashed or run.worker_crashed
+
+
+# ----------------------------------------------------------------- the yardstick
+
+BASELINE_MODEL = "Qwen/Qwen2.5-7B-Instruct-baseline-refund"
+
+
+async def test_the_prebuilt_toolnode_through_the_real_client_under_a_killed_backend(harness):
+    from agentlab.lab.yardstick import Yardstick
+
+    with RecordedServer("vllm_baseline_refund") as server:
+        model = load_model(f"openai:{BASELINE_MODEL}", base_url=server.base_url)
+        run = await Yardstick(harness, model=lambda script, seed: model).run("toolnode", "backend_killed",
+                                                                           scenario="refund")
+    assert type(model).__name__ == "ChatOpenAI"
+    assert server.rejected == [] and len(server.requests) == 1  # the run raised before a second turn
+    sent = server.requests[0]
+    (cid,) = run.customer_ids
+    assert f"Acme Analytics = {cid}." in sent["messages"][0]["content"]  # the real model is told the ids
+    assert {t["function"]["name"] for t in sent["tools"]} >= {"apply_credit", "refund_to_card", "create_credit_memo"}
+    assert run.notes["terminated"] and run.raised == "AdminShutdown (57P01)"
+    credit = await scalar(harness, "SELECT credit_cents FROM customers WHERE id = %s", (cid,))
+    memos = await scalar(harness, "SELECT count(*) FROM credit_memos WHERE customer_id = %s", (cid,))
+    refunds = await scalar(harness, "SELECT count(*) FROM refunds WHERE customer_id = %s", (cid,))
+    paid = await scalar(harness, "SELECT count(*) FROM provider.payments WHERE customer = %s AND kind = 'refund'",
+                         (f"cus_{cid}",))
+    # the UPDATE died with its backend; its siblings committed: the refund is paid, nothing deducted
+    assert (credit, memos, refunds, paid) == (5000, 1, 1, 1)
+    kinds = run.counts()
+    assert kinds["balance_mismatch"] == 1 and kinds["unanswered_call"] == 3
+    assert sum(kinds.values()) == len(run.violations) > 0
+
+
+def test_chaos_agent_through_an_openai_compatible_server_prints_the_same_violations():
+    with RecordedServer("vllm_baseline_refund") as server:
+        out = cli("chaos", "--agent", "toolnode", "--faults", "backend_killed", "stray_quote", "lost_update",
+                  "--model", f"openai:{BASELINE_MODEL}", "--base-url", server.base_url, "--seed", "0",
+                  "--episodes", "1", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    (row,) = [r for r in data["rows"] if r["fault"] == "backend_killed"]
+    assert row["scenario"] == "refund"  # seed 0 plays the refund, the story the recording answers
+    assert row["raised"] == "AdminShutdown (57P01)"
+    assert row["balance_mismatch"] == 1 and row["unanswered_call"] == 3
+    assert data["summary"]["toolnode"]["stray_quote"] == "n/a"  # a scripted hallucination
+    assert "scripted" in data["not_applicable"]["toolnode"]["lost_update"]
+    assert server.rejected == [] and len(server.requests) == 1

@@ -20,6 +20,9 @@ hallucinations, constraints  the scripted model sends the bad arguments (the cat
 ``worker_crash``             the process calling the provider dies after the provider answered (the
                              provider handed to the agent; with the kit's outbox, the outbox worker)
 ``crash_mid_node``           needs a hook inside the tools step: only agents exposing ``node_hooks``
+the concurrency family       two runs of the agent's graph at once on one customer (one thread, or two),
+                             a barrier on the connections of the pool the agent is handed
+                             (:mod:`agentlab.lab.yardstick_concurrency`)
 ===========================  ===========================================================================
 
 A fault that cannot apply to an agent (a hook it does not expose, a hallucination a real model would
@@ -45,22 +48,30 @@ import asyncio
 import random
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import HumanMessage, ToolMessage
 from psycopg_pool import AsyncConnectionPool
 
 from agentlab.core.errors import SimulatedCrash
 from agentlab.core.outbox import OutboxWorker
-from agentlab.lab.agents import AgentContext, AgentSpec, resolve_agent
-from agentlab.lab.faults import fault_scenarios
+from agentlab.lab.agents import (
+    AgentContext,
+    AgentSpec,
+    as_domain_messages,
+    describe_raised,
+    rename_script,
+    resolve_agent,
+)
+from agentlab.lab.faults import Concurrent, fault_scenarios
 from agentlab.lab.invariants import KINDS, check_episode
 from agentlab.lab.runner import CrashableSaver, PoolPair, RunAccess
 from agentlab.lab.wire import NetworkProvider, Wire, WiredConnection
 from agentlab.lab.yardstick_faults import NA, YardstickFault, get_yardstick_fault
 from agentlab.runtime.harness import Episode, Harness, checkpointer_pool
+from agentlab.runtime.models import prompt_for_model
 from agentlab.sim.model import ScriptedChatModel
 
 QUIET_CAP_S = 5.0  # how long an episode waits for the work its agent left running
@@ -169,28 +180,6 @@ class AgentRun(RunAccess):
         return {**{k: c.get(k, 0) for k in KINDS}, **{k: n for k, n in c.items() if k not in KINDS}}
 
 
-def rename_script(script: list[list], names: dict[str, str]) -> list[list]:
-    """The scripted model's batches with the domain's tool names replaced by the agent's (``names``)."""
-    return [[replace(call, tool=names.get(call.tool, call.tool)) for call in step] for step in script]
-
-
-def as_domain_messages(messages: Sequence[BaseMessage], names: dict[str, str]) -> list[BaseMessage]:
-    """``messages`` with the agent's tool names mapped back to the domain's (``names`` is domain ->
-    agent), so the domain's invariants read the calls they know. Other messages are kept as they are."""
-    back = {v: k for k, v in names.items()}
-    if not back:
-        return list(messages)
-    out: list[BaseMessage] = []
-    for m in messages:
-        if isinstance(m, AIMessage) and m.tool_calls:
-            calls = [{**tc, "name": back.get(tc["name"], tc["name"])} for tc in m.tool_calls]
-            m = m.model_copy(update={"tool_calls": calls})
-        elif isinstance(m, ToolMessage) and m.name in back:
-            m = m.model_copy(update={"name": back[m.name]})
-        out.append(m)
-    return out
-
-
 def _leftover_tasks(before: set) -> set:
     """Tasks started since ``before`` that belong to the agent (not a pool's own workers)."""
     current = asyncio.current_task()
@@ -251,6 +240,10 @@ class Yardstick:
         if yf.name not in self._installed:
             await yf.fault.install(h.pool)
             self._installed.add(yf.name)
+        if isinstance(yf.fault, Concurrent):
+            from agentlab.lab.yardstick_concurrency import run_two
+
+            return await run_two(self, spec, yf.fault, out)
         sg = yf.fault.episode_safeguards(spec.checked_as) if spec.safeguards is not None else spec.checked_as
         out.safeguards, out.outbox = sg, sg.outbox
         out.thread_id = f"{spec.name.replace(':', '-')}-{yf.name}-{uuid.uuid4().hex[:12]}"
@@ -277,11 +270,12 @@ class Yardstick:
             if "node_hooks" in yf.needs:
                 await yf.fault.arm(out)
             try:
-                state = await graph.ainvoke({"messages": [HumanMessage(sc.prompt)]}, config, durability=durability)
+                state = await graph.ainvoke({"messages": [HumanMessage(self.prompt(sc, out.customer_ids))]}, config,
+                                            durability=durability)
             except SimulatedCrash:
                 out.crashed = True
             except Exception as exc:  # noqa: BLE001 (what the agent raised is a result)
-                out.raised = _describe(exc)
+                out.raised = describe_raised(exc)
             await self._quiet(before)
             if out.crashed:
                 await yf.fault.before_restart(out)
@@ -292,7 +286,7 @@ class Yardstick:
                 try:
                     state = await graph.ainvoke(None, config, durability=durability)
                 except Exception as exc:  # noqa: BLE001 (what the agent raised is a result)
-                    out.raised = _describe(exc)
+                    out.raised = describe_raised(exc)
                     state = None
                 await self._quiet(before)
             if state is None:
@@ -315,13 +309,18 @@ class Yardstick:
         out.violations = await check_episode(h.pool, ep, sc, sg, h.domain)
         return out
 
+    def prompt(self, scenario, customer_ids: list[int]) -> str:
+        """The user's message: the scenario's prompt; for a real model, followed by the ids the episode
+        created (:func:`agentlab.runtime.models.prompt_for_model`), which a real model cannot guess."""
+        return scenario.prompt if self.scripted else prompt_for_model(scenario, customer_ids)
+
     async def _process(self, processes: list) -> EpisodeProcess:
         p = await EpisodeProcess(self.harness.url).open()
         processes.append(p)
         return p
 
-    def _build(self, spec: AgentSpec, process: EpisodeProcess, script, seed: int, run: AgentRun):
-        ctx = AgentContext(self.make_model(script, seed), process.pool, run.agent_provider or run.network_provider,
+    def _build(self, spec: AgentSpec, process: EpisodeProcess, script, seed: int, run: AgentRun, *, pool=None):
+        ctx = AgentContext(self.make_model(script, seed), pool or process.pool, run.agent_provider or run.network_provider,
                            process.saver, self.harness.domain, self.harness.events,
                            safeguards=run.safeguards if spec.safeguards is not None else None)
         graph = spec.build(ctx)
@@ -334,10 +333,3 @@ class Yardstick:
         left = _leftover_tasks(before)
         if left:
             await asyncio.wait(left, timeout=QUIET_CAP_S)
-
-
-def _describe(exc: BaseException) -> str:
-    """What an agent's run raised, as the table shows it: the exception's class, and the SQLSTATE when
-    PostgreSQL gave one."""
-    state = getattr(exc, "sqlstate", None)
-    return type(exc).__name__ + (f" ({state})" if state else "")

@@ -5,9 +5,10 @@ the script the model plays; a lock holder or a slow statement is another session
 rebuilt so they need no hook inside the agent: :class:`KillDuringStatement` (another connection kills
 the backend the agent's UPDATE runs on), :class:`CrashAtCheckpoint` (the process dies in the
 checkpointer, on the tools step's writes) and :class:`CrashAfterPayment` (dies after the provider
-answered). :data:`YARDSTICK_FAULTS` lists them in table order; :func:`register_fault` adds one (for a
-family built elsewhere). A fault that needs what an agent does not expose is ``n/a`` for it
-(:meth:`YardstickFault.not_applicable`), never a pass.
+answered). The concurrency family (:data:`agentlab.lab.faults.CONCURRENCY_FAULTS`) runs the agent's
+graph twice at once (:mod:`agentlab.lab.yardstick_concurrency`). :data:`YARDSTICK_FAULTS` lists them in
+table order; :func:`register_fault` adds one (for a family built elsewhere). A fault that needs what an
+agent does not expose is ``n/a`` for it (:meth:`YardstickFault.not_applicable`), never a pass.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from agentlab.core.errors import SimulatedCrash
 from agentlab.lab.agents import AgentSpec
 from agentlab.lab.faults import (
+    CONCURRENCY_FAULTS,
     POLL_S,
     SLOW_ARM,
     SLOW_DISARM,
@@ -34,6 +36,9 @@ from agentlab.lab.faults import (
 )
 
 NA = "n/a"
+SCRIPTED_REASON = "a hallucinated argument is scripted; a real model's arguments are its own"
+CONCURRENT_SCRIPTED_REASON = ("the two runs' calls are scripted (both at once, the amounts that collide); "
+                              "a real model's calls are its own")
 
 SLOW_PID = (
     "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = 4242 AND objid = %s AND granted"
@@ -118,11 +123,13 @@ class CrashAfterPayment(Fault):
 @dataclass(frozen=True)
 class YardstickFault:
     """A fault as the yardstick applies it: ``fault`` (its phases), ``needs`` (hooks the agent must
-    expose, else ``n/a``), ``scripted`` (a hallucination only the scripted model makes on cue)."""
+    expose, else ``n/a``), ``scripted`` (a hallucination only the scripted model makes on cue;
+    ``scripted_reason`` says so in the ``n/a`` cell of a real model)."""
 
     fault: Fault
     needs: frozenset[str] = frozenset()
     scripted: bool = False
+    scripted_reason: str = SCRIPTED_REASON
 
     @property
     def name(self) -> str:
@@ -134,7 +141,7 @@ class YardstickFault:
         if missing:
             return f"needs a hook inside the agent's tools step ({', '.join(missing)}), which {agent.name} does not expose"
         if self.scripted and not scripted_model:
-            return "a hallucinated argument is scripted; a real model's arguments are its own"
+            return self.scripted_reason
         return None
 
 
@@ -170,6 +177,8 @@ YARDSTICK_FAULTS: dict[str, YardstickFault] = {
     "worker_crash": YardstickFault(CrashAfterPayment(
         "worker_crash", "worker_crash", "the caller of the provider dies after the call, before recording it",
         "outbox")),
+    **{name: YardstickFault(f, scripted=True, scripted_reason=CONCURRENT_SCRIPTED_REASON)
+       for name, f in CONCURRENCY_FAULTS.items()},
 }
 """The faults the yardstick runs, in table order."""
 

@@ -18,9 +18,11 @@ An :class:`AgentSpec` names an agent and how to build its compiled graph from an
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from agentlab.core.errors import AgentlabError
 from agentlab.core.safeguards import PRESETS, Safeguards, preset
@@ -163,3 +165,32 @@ def resolve_agent(agent: AgentSpec | str | Callable | Any, *, name: str | None =
         return AgentSpec(name or getattr(agent, "__name__", "agent"), agent, description="a graph factory")
     raise AgentlabError(f"an agent must be an AgentSpec, a factory f(ctx) -> compiled graph or a StateGraph, "
                         f"not {type(agent).__name__}")
+
+
+def rename_script(script: list[list], names: dict[str, str]) -> list[list]:
+    """The scripted model's batches with the domain's tool names replaced by the agent's (``names``)."""
+    return [[replace(call, tool=names.get(call.tool, call.tool)) for call in step] for step in script]
+
+
+def as_domain_messages(messages: Sequence[BaseMessage], names: dict[str, str]) -> list[BaseMessage]:
+    """``messages`` with the agent's tool names mapped back to the domain's (``names`` is domain ->
+    agent), so the domain's invariants read the calls they know. Other messages are kept as they are."""
+    back = {v: k for k, v in names.items()}
+    if not back:
+        return list(messages)
+    out: list[BaseMessage] = []
+    for m in messages:
+        if isinstance(m, AIMessage) and m.tool_calls:
+            calls = [{**tc, "name": back.get(tc["name"], tc["name"])} for tc in m.tool_calls]
+            m = m.model_copy(update={"tool_calls": calls})
+        elif isinstance(m, ToolMessage) and m.name in back:
+            m = m.model_copy(update={"name": back[m.name]})
+        out.append(m)
+    return out
+
+
+def describe_raised(exc: BaseException) -> str:
+    """What an agent's run raised, as the table shows it: the exception's class, and the SQLSTATE when
+    PostgreSQL gave one."""
+    state = getattr(exc, "sqlstate", None)
+    return type(exc).__name__ + (f" ({state})" if state else "")

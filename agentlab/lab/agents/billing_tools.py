@@ -9,13 +9,22 @@ schemas coerce what they can (``"12"`` becomes ``12``), an exception leaves the 
 
 The SQL is the kit's own (:mod:`agentlab.domains.billing.tools`), on the same schema and seed, so the
 yardstick compares agents, not queries. :data:`BASELINE_TOOL_NAMES` maps the domain's tool names (what the
-scripted model plays) to these functions' names.
+scripted model plays) to these functions' names. The last two are billing's check-then-act tools
+(:mod:`agentlab.domains.billing.limits`) as a first draft writes them: read the balance (or the day's
+refunds), check, write, each statement committed on its own.
 """
 
 from __future__ import annotations
 
 from langchain_core.tools import tool
 
+from agentlab.domains.billing.limits import (
+    DAILY_REFUND_CAP_CENTS,
+    READ_CREDIT,
+    RECORD_REDEMPTION,
+    REFUNDED_TODAY,
+    WRITE_CREDIT,
+)
 from agentlab.domains.billing.tools import (
     APPLY_CREDIT,
     CREATE_CREDIT_MEMO,
@@ -29,6 +38,7 @@ from agentlab.domains.billing.tools import (
 BASELINE_TOOL_NAMES: dict[str, str] = {
     "LookupCustomer": "lookup_customer", "ApplyCredit": "apply_credit", "CreateInvoice": "create_invoice",
     "QueueCharge": "charge_invoice", "CreateCreditMemo": "create_credit_memo", "QueueRefund": "refund_to_card",
+    "RedeemCredit": "redeem_credit", "RefundWithinCap": "refund_within_cap",
 }
 
 
@@ -89,4 +99,28 @@ def billing_tools(pool, provider) -> list:
         refund = await provider.create_refund(customer_id, amount_cents, reference=reference)
         return {"refund_id": row[0], "amount_cents": amount_cents, "payment_id": refund["id"]}
 
-    return [lookup_customer, apply_credit, create_invoice, charge_invoice, create_credit_memo, refund_to_card]
+    @tool
+    async def redeem_credit(customer_id: int, amount_cents: int) -> dict:
+        """Redeem amount_cents of the customer's store credit; refused when the credit does not cover it."""
+        async with pool.connection() as conn:
+            tenant_id, balance = await (await conn.execute(READ_CREDIT, (customer_id,))).fetchone()
+            if amount_cents > balance:
+                return {"error": f"the customer's credit is {balance} cents; redeem at most that"}
+            await conn.execute(WRITE_CREDIT, (balance - amount_cents, customer_id))
+            await conn.execute(RECORD_REDEMPTION, (tenant_id, customer_id, amount_cents, balance - amount_cents))
+        return {"customer_id": customer_id, "redeemed_cents": amount_cents, "remaining_credit_cents": balance - amount_cents}
+
+    @tool
+    async def refund_within_cap(customer_id: int, reference: str, amount_cents: int) -> dict:
+        """Refund money to the customer's card under a business reference, within the daily refund cap per
+        customer (5000 cents a day); refused when the day's refunds would exceed the cap."""
+        async with pool.connection() as conn:
+            (refunded,) = await (await conn.execute(REFUNDED_TODAY, (customer_id,))).fetchone()
+            if refunded + amount_cents > DAILY_REFUND_CAP_CENTS:
+                return {"error": f"{refunded} cents were refunded today; the cap is {DAILY_REFUND_CAP_CENTS} a day"}
+            row = await (await conn.execute(CREATE_REFUND, (reference, amount_cents, customer_id))).fetchone()
+        refund = await provider.create_refund(customer_id, amount_cents, reference=reference)
+        return {"refund_id": row[0], "amount_cents": amount_cents, "payment_id": refund["id"]}
+
+    return [lookup_customer, apply_credit, create_invoice, charge_invoice, create_credit_memo, refund_to_card,
+            redeem_credit, refund_within_cap]

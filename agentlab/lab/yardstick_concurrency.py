@@ -1,0 +1,172 @@
+"""The concurrency family against any agent: the agent's graph run twice at once on one customer.
+
+The failure lab's five concurrency faults (:data:`agentlab.lab.faults.CONCURRENCY_FAULTS`) act on two
+conversations; :mod:`agentlab.lab.concurrency` plays them on the kit's node. Here the two are two runs
+of the *agent's own graph*, each built by its factory in a process of its own (two workers of one
+deployment: their own autocommit pool, checkpointer pool and saver), each driven by its own scripted
+model (seeds ``seed`` and ``seed + 1``) emitting the fault's tool calls:
+
+====================  ==========================================================================
+``same_thread_runs``  both runs on *one* thread (one request submitted twice at once)
+the other four        two threads, one customer (``double_submit``, ``lost_update``,
+                      ``check_then_act``, ``write_skew``)
+====================  ==========================================================================
+
+**The interleaving is forced from outside the agent's code.** The barrier
+(:class:`agentlab.lab.concurrency.Rendezvous`) sits on the connections of the pool the lab hands the
+agent (:attr:`agentlab.lab.agents.AgentContext.pool`): the first statement of a run that is the
+fault's act (the balance ``UPDATE``, the refund ``INSERT``: the domain's own SQL) waits until the other
+run has reached its act too; then A's goes first and B's waits until A's connection is back in the
+pool (r1 r2 w1 c1 w2 c2). An agent whose tools never send that statement through that pool (its own
+connections, its own SQL) gives the barrier nothing to hold: the cell is ``n/a`` with that reason,
+never a pass. The kit's agent runs as it is deployed: under a preset with ``run_lock``, each run holds
+the thread's lease (:func:`agentlab.core.run_lock.invoke_with_lease`), and a refused run is reported as
+``ThreadBusy (refused)``. What the runs raised is counted, not named by party (``1 of 2 runs: ...``).
+
+The checker is the lab's: the billing invariants on the union of both runs' effects, the message
+checks on each thread's own history, and the family's (:data:`agentlab.lab.concurrency.KINDS`:
+``paid_twice``, ``lost_update``, ``cap_exceeded``, ``forked_thread``), read from the database, the
+provider's payments and the checkpoints.
+
+Sources: PostgreSQL docs "Transaction Isolation", "Explicit Locking"; LangGraph docs "Persistence"
+(threads and checkpoints), langgraph#8796 (two runs on one thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import HumanMessage
+
+from agentlab.core.outbox import OutboxWorker
+from agentlab.core.run_lock import ThreadBusy, invoke_with_lease
+from agentlab.lab.agents import (
+    AgentSpec,
+    as_domain_messages,
+    describe_raised,
+    rename_script,
+)
+from agentlab.lab.concurrency import (
+    MESSAGE_CHECKS,
+    Rendezvous,
+    check_concurrency,
+    meets_at,
+)
+from agentlab.lab.faults import Concurrent
+from agentlab.lab.invariants import check_messages, check_state, read_records
+from agentlab.lab.wire import NetworkProvider
+from agentlab.lab.yardstick_faults import NA
+from agentlab.runtime.harness import Episode
+
+PARTIES = ("A", "B")
+BARRIER_S = 10.0  # the barrier's bound per phase; it lets go early as soon as the other run arrived, ended or
+# waits on this one's lock, so only a load that stalls a run this long changes the interleaving
+REFUSED = "ThreadBusy (refused)"
+
+
+@dataclass
+class Run:
+    """One of the two runs: its party name, thread, scenario and model seed; how it ended (``raised``:
+    what it raised, ``None`` when it ended) and the graph it ran (to read its thread back)."""
+
+    party: str
+    thread_id: str
+    scenario: Any
+    seed: int
+    raised: str | None = None
+    graph: Any = None
+    messages: list = field(default_factory=list)
+
+
+async def run_two(ys: Any, spec: AgentSpec, fault: Concurrent, out: Any) -> Any:
+    """Play ``fault`` with ``spec``'s graph run twice at once on the harness of ``ys`` (the
+    :class:`agentlab.lab.yardstick.Yardstick` calling), check it, and fill ``out`` (its
+    :class:`agentlab.lab.yardstick.AgentRun`, scenario and seed already chosen by ``Yardstick.run``); return it.
+
+    ``out.raised`` names what the runs raised, by count, not by party (``"1 of 2 runs: UniqueViolation
+    (23505)"``; ``None`` when both ended): which of two runs a lock or a lease lets through first is the
+    server's choice, so the table stays the same for one seed; ``out.messages`` holds A's history, then B's when B had its own thread; ``out.notes`` holds
+    ``rendezvous`` (what the barrier did), ``threads`` and ``raised_by`` (party -> what it raised).
+    ``out.status`` is ``"n/a"`` when neither run sent the fault's act through the lab's pool."""
+    h = ys.harness
+    sg = spec.checked_as
+    out.safeguards, out.outbox = sg, sg.outbox
+    sc_a, sc_b = fault.scenarios_for(out.scenario)
+    thread = f"{spec.name.replace(':', '-')}-{fault.name}-{uuid.uuid4().hex[:12]}"
+    out.thread_id = thread
+    async with h.pool.connection() as conn:
+        out.customer_ids = ids = await h.domain.create_rows(conn, sc_a, sg.schema)
+    runs = [Run("A", thread, sc_a, out.seed), Run("B", thread if fault.same_thread else f"{thread}-b", sc_b, out.seed + 1)]
+    gate = Rendezvous(h.pool, PARTIES, meets_at(*fault.acts), timeout_s=BARRIER_S)
+    out.network_provider = NetworkProvider(h.provider)
+    kit = spec.safeguards is not None
+    processes = []
+    before = set(asyncio.all_tasks())
+    try:
+        for r in runs:  # both processes up before either run starts: neither gets a head start
+            process = await ys._process(processes)
+            script = rename_script(r.scenario.script(ids), dict(spec.tool_names))
+            r.graph = ys._build(spec, process, script, r.seed, out, pool=gate.wrap(r.party, process.pool))
+
+        async def play(r: Run) -> None:
+            config = {"configurable": {"thread_id": r.thread_id, "tenant_id": r.scenario.tenant_id}}
+            if kit:
+                from agentlab.core.graph import run_config
+
+                config = run_config(r.thread_id, tenant_id=r.scenario.tenant_id)
+            inputs = {"messages": [HumanMessage(ys.prompt(r.scenario, ids))]}
+            try:
+                if kit and sg.run_lock:
+                    await invoke_with_lease(r.graph, h.pool, inputs, config, wait_ms=sg.run_lock_wait_ms,
+                                            durability="async")
+                else:
+                    await r.graph.ainvoke(inputs, config, durability="async")
+            except ThreadBusy:
+                r.raised = REFUSED
+            except Exception as exc:  # noqa: BLE001 (what the agent raised is a result)
+                r.raised = describe_raised(exc)
+            finally:
+                gate.leave(r.party)
+
+        await asyncio.gather(*(play(r) for r in runs))
+        await ys._quiet(before)
+        threads = list(dict.fromkeys(r.thread_id for r in runs))
+        histories: dict[str, list] = {}
+        for r in runs:
+            if r.thread_id not in histories:
+                snapshot = await r.graph.aget_state({"configurable": {"thread_id": r.thread_id}})
+                histories[r.thread_id] = list((snapshot.values if snapshot is not None else {}).get("messages", []))
+        if out.outbox:
+            for t in threads:
+                await OutboxWorker(h.pool, out.network_provider, thread_id=t).drain()
+        await h.events.flush()
+    finally:
+        for p in processes:
+            await p.close()
+    out.messages = [m for t in threads for m in histories[t]]
+    raised = {r.party: r.raised for r in runs if r.raised}
+    out.raised = "; ".join(f"{n} of 2 runs: {what}" for what, n in Counter(raised.values()).items()) or None
+    out.notes.update(rendezvous=list(gate.log), threads=threads, raised_by=raised)
+    names = dict(spec.tool_names)
+    domain_histories = {t: as_domain_messages(histories[t], names) for t in threads}
+    ep = Episode(sc_a.name, spec.name, thread, out.seed, ids, sg.schema, sc_a.tenant_id,
+                 messages=[m for t in threads for m in domain_histories[t]])
+    records, ledger = await read_records(h.pool, sg.schema, ids, thread)
+    for t in threads[1:]:
+        ledger |= (await read_records(h.pool, sg.schema, ids, t))[1]
+    # the state and what both were told, on the union; the message checks on each thread's own history
+    out.violations = [v for v in check_state(ep, fault.end_state(sc_a), sg, records, ledger if sg.ledger else None)
+                      if v.kind not in MESSAGE_CHECKS]
+    for t in threads:
+        out.violations += check_messages(domain_histories[t], t, sg)
+    opening = {cid: c.credit_cents for cid, c in zip(ids, sc_a.customers)}
+    out.violations += await check_concurrency(h.pool, sg.schema, ids, opening, threads)
+    if not gate.arrived:
+        out.status = NA
+        out.reason = (f"the barrier meets at the domain's statement for this anomaly; {spec.name}'s tools never "
+                      "sent it through the pool the lab hands them, so the interleaving could not be forced")
+    return out
