@@ -20,10 +20,7 @@ from test_c14_notebooks_under_nbval import SANITIZE, _kernel_env
 
 ROOT = Path(__file__).resolve().parent.parent
 # every notebook is run twice, but those named here (number -> why), not made safe to re-run yet
-NOT_YET = {
-    "19": "the trace of the prebuilt agent's refund story (code cell 7) shows each call's customer id in a column "
-          "of its own, which a re-run's new customers change and no mask reaches",
-}
+NOT_YET: dict[str, str] = {}
 # A re-run makes new rows: the ids of the customers it creates advance (cus_8 where the first run made cus_7),
 # and so do the references built from them and the ids of the rows they get. These masks, added to the
 # suite's sanitize file in this test only, hide those ids and the column widths they change (spaces are
