@@ -121,6 +121,9 @@ _EXPORTS = {
     "lab.checks": (
         "check_invariant",
     ),
+    "lab.exercises": (
+        "check", "solution",
+    ),
     "lab.durable_faults": (
         "DURABLE_FAULTS", "DURABLE_KINDS", "DurableFault", "DurableRun", "check_payout_run", "check_retention_race",
         "durable_fault_table", "run_durable_fault",

@@ -32,3 +32,15 @@ async def violations_per_scenario(h, fault: str, preset: str, *, seed: int = 0) 
         result = await lab_run(h, scenario=scenario, preset=preset, fault=fault, seed=seed)
         out[scenario] = sorted(set(result.violations["kind"]))
     return out
+
+
+async def crash_before_commit(run) -> None:
+    """Exercise 9.3: a nemesis of your own, the ``arm`` of a :class:`agentlab.Fault`. The process dies right
+    after the batch's third call (index 2) ran, inside the transaction and before its COMMIT; the lab
+    resumes the thread in a new process (the fault ``resumes``)."""
+
+    async def die(call, index: int) -> None:
+        if index == 2 and not run.notes.get("crashes"):  # once: the resumed process must get through
+            raise run.crash("after the batch's last call, before its COMMIT")
+
+    run.node.hooks.after_call.append(die)

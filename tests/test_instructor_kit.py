@@ -129,7 +129,8 @@ def test_the_reference_lists_every_public_harness_method_a_notebook_uses():
 
 def test_the_names_imported_in_the_reference_come_from_agentlab():
     for name in ("open_notebook", "preset", "PRESETS", "Policy", "SimulatedCrash", "episode_report", "render",
-                 "TransactionalToolsNode", "OutboxWorker", "SagaRunner", "HarnessClosed"):
+                 "TransactionalToolsNode", "OutboxWorker", "SagaRunner", "HarnessClosed", "check", "solution",
+                 "check_invariant"):
         assert name in REFERENCE and hasattr(agentlab, name), name
 
 

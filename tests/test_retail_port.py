@@ -312,6 +312,34 @@ async def test_refusals_change_nothing(shared, name, args, kind, hint):
     assert canonical_hash(await export_state(shared)) == EXPECTED["initial_hash"]
 
 
+def _golden(task: str, tool: str) -> dict:
+    return next(a["arguments"] for a in TASKS[task]["evaluation_criteria"]["actions"] if a["name"] == tool)
+
+
+@pytest.mark.parametrize("name, task, change, error, constraint, category, hint", [
+    ("cancel_pending_order", "30", {"reason": "No longer needed"}, psycopg.errors.CheckViolation,
+     "orders_cancel_reason_valid", "business_rule", "Invalid reason"),
+    ("exchange_delivered_order_items", "6", {"payment_method_id": "gift_card_0000000"},
+     psycopg.errors.ForeignKeyViolation, "orders_exchange_payment_method_owned", "not_found",
+     "Payment method not found"),
+])
+async def test_the_refusals_the_schema_makes_change_nothing_and_read_as_tau2s(shared, name, task, change, error,
+                                                                               constraint, category, hint):
+    from agentlab.core.errors import translate
+    from agentlab.domains.retail import DOMAIN
+
+    args = {**_golden(task, name), **change}
+    with pytest.raises(error) as caught:
+        async with shared.transaction():
+            await tools.call(shared, name, args)
+    assert caught.value.diag.constraint_name == constraint
+    told = translate(caught.value, hints=DOMAIN.error_hints)
+    assert (told.category.value, told.reason) == (category, hint)
+    assert canonical_hash(await export_state(shared)) == EXPECTED["initial_hash"]
+    async with shared.transaction(force_rollback=True):  # the golden action itself is accepted
+        await tools.call(shared, name, _golden(task, name))
+
+
 @pytest.mark.parametrize("expression", ["2 + 2", "(1.5 + 2) * 3 / 7", "10 / 4", "7 // 2", "-3 - -2", "2 ** 10",
                                         "0.1 + 0.2", "1234.5678 * 3"])
 async def test_calculate_is_pythons_arithmetic(expression):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -122,6 +123,79 @@ async def test_an_order_id_without_its_hash_escalates_tasks_46_47_64_after_three
         assert run.matches and not run.escalated and run.violations == [], task
 
 
+def _first_call(task: str, tool: str):
+    return next(c for _s, _k, c in DOMAIN.scenarios[f"tau2-{task}"].calls() if c.tool == tool)
+
+
+def test_the_constraint_faults_change_one_argument_of_one_tool_and_leave_other_tasks_alone():
+    from agentlab.lab.tau2 import get_fault
+
+    rng = random.Random(0)
+    cancel = get_fault("check_violation").prepare(DOMAIN.scenarios["tau2-30"], rng)
+    (bad,) = [c for _s, _k, c in cancel.calls() if c.tool == "cancel_pending_order"]
+    assert bad.args["reason"] == "No longer needed" and bad.fix == _first_call("30", "cancel_pending_order").args
+    exchange = get_fault("fk_violation").prepare(DOMAIN.scenarios["tau2-6"], rng)
+    (bad,) = [c for _s, _k, c in exchange.calls() if c.tool == "exchange_delivered_order_items"]
+    real = _first_call("6", "exchange_delivered_order_items").args["payment_method_id"]
+    assert bad.args["payment_method_id"] == real.rsplit("_", 1)[0] + "_0000000" != real
+    assert get_fault("check_violation").prepare(DOMAIN.scenarios["tau2-3"], rng) == DOMAIN.scenarios["tau2-3"]
+    # both still pass the strict argument models: only the schema refuses them
+    for sc in (cancel, exchange):
+        for _s, _k, c in sc.calls():
+            DOMAIN.toolset.get_tool(c.tool).validate(c.args)
+
+
+async def test_a_cancel_reason_the_check_refuses_rolls_back_under_full_and_refunds_twice_under_naive():
+    order_id = _first_call("30", "cancel_pending_order").args["order_id"]
+    async with Tau2Worker() as worker:
+        async with worker.harness.pool.connection() as conn:
+            opening = await export_state(conn)
+            # the opening payment on a gift card, and that card's balance, as db.json has them
+            (card, paid), = [(p["payment_method_id"], p["amount"]) for p in opening["orders"][order_id]["payment_history"]]
+            user = opening["orders"][order_id]["user_id"]
+            balance0 = opening["users"][user]["payment_methods"][card]["balance"]
+        runs = {p: await worker.run("30", p, "check_violation", keep_messages=True, keep_state=True)
+                for p in ("full", "naive")}
+    full, naive = runs["full"], runs["naive"]
+
+    def answers(run):
+        return [str(m.content) for m in run.messages if isinstance(m, ToolMessage) and m.name == "cancel_pending_order"]
+
+    def balance(run):
+        return run.state["users"][user]["payment_methods"][card]["balance"]
+
+    # full: the CHECK refuses the capitalized reason, the batch rolls back, the model is told tau2's words
+    assert answers(full)[0] == "FAILED [business_rule]: Invalid reason"
+    assert full.matches and full.violations == [] and round(balance(full), 2) == round(balance0 + paid, 2)
+    assert full.state["orders"][order_id]["status"] == "cancelled"
+    # naive: autocommit kept the gift-card refund that ran before the refused UPDATE; the raw error names the
+    # constraint; the model resends the fixed call, which refunds the card again
+    assert answers(naive)[0].startswith("CheckViolation:") and "orders_cancel_reason_valid" in answers(naive)[0]
+    assert not naive.matches and round(balance(naive), 2) == round(balance0 + 2 * paid, 2)
+    assert kinds(naive) == {"leak", "gift_card_balance"}
+
+
+async def test_an_exchange_paid_with_an_unknown_method_is_refused_by_the_foreign_key_and_leaks_only_raw():
+    async with Tau2Worker() as worker:
+        async with worker.harness.pool.connection() as conn:
+            unknown = (await (await conn.execute(
+                "SELECT count(*) FROM retail.payment_methods WHERE payment_method_id LIKE '%\\_0000000'")).fetchone())[0]
+        runs = {p: await worker.run("6", p, "fk_violation", keep_messages=True) for p in ("full", "naive")}
+    assert unknown == 0  # no user has the description's example ids
+
+    def first_answer(run):
+        return next(str(m.content) for m in run.messages
+                    if isinstance(m, ToolMessage) and m.name == "exchange_delivered_order_items")
+
+    assert first_answer(runs["full"]) == "FAILED [not_found]: Payment method not found"
+    assert runs["full"].matches and runs["full"].violations == []
+    # the refused UPDATE is the exchange's only write: naive ends in tau2's state too, but the model read the raw
+    # error, with the constraint's name and the user's id
+    raw = first_answer(runs["naive"])
+    assert raw.startswith("ForeignKeyViolation:") and "orders_exchange_payment_method_owned" in raw
+    assert runs["naive"].matches and kinds(runs["naive"]) == {"leak"}
+
+
 async def test_a_worker_puts_its_database_back_to_the_opening_state_and_hashes_as_the_full_export():
     from agentlab.domains.retail.export import canonical_hash
     from agentlab.domains.retail.reset import changed
@@ -180,7 +254,8 @@ async def test_all_114_tasks_match_tau2_under_full_reproduced_and_109_fixed():
 @pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get("RETAIL_FULL"), reason="all 114 tasks take minutes: set RETAIL_FULL=1")
 @pytest.mark.parametrize("fault", ["crash_mid_node", "backend_killed", "crash_before_checkpoint",
-                                   "hallucinated_order_id", "lock_timeout", "statement_timeout"])
+                                   "hallucinated_order_id", "check_violation", "fk_violation", "lock_timeout",
+                                   "statement_timeout"])
 async def test_all_114_tasks_match_under_full_under_each_fault(fault):
     result = await run_tau2(["full"], [fault], progress=False)
     # hallucinated_order_id: 46, 47 and 64 escalate (three refused batches in a row, see the test above)
@@ -212,5 +287,5 @@ def test_the_tau2_command_refuses_an_unknown_fault_in_one_line():
     out = _cli("--faults", "meteor", "--tasks", "3")
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip() == ("error: unknown tau2 fault 'meteor'; choose one of: none, crash_mid_node, "
-                                  "backend_killed, crash_before_checkpoint, hallucinated_order_id, lock_timeout, "
-                                  "statement_timeout")
+                                  "backend_killed, crash_before_checkpoint, hallucinated_order_id, check_violation, "
+                                  "fk_violation, lock_timeout, statement_timeout")

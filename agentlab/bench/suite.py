@@ -7,6 +7,7 @@ Figures (medians over repeats, with their spread; the names are :data:`FIGURES`)
   durability ``sync``, ``async`` and ``exit``, and on LangGraph's in-memory saver (:mod:`agentlab.bench.episodes`);
 - the workshop experiment (:data:`WORKSHOP_PRESETS` x :data:`WORKSHOP_FAULTS`) in episodes per second at
   concurrency 1 and at the best of :data:`CONCURRENCY_LEVELS` (in worker processes: :mod:`agentlab.lab.parallel`),
+  the lab's CPU milliseconds per episode there and the ceiling it implies on two cores (:func:`two_core_ceiling`),
   and the whole chaos matrix at that level;
 - the embedded server's start: cold (initdb and start in a temporary data folder), warm (start on that
   folder) and attach (a new process finding it running); the user's data folder is never touched;
@@ -74,7 +75,8 @@ FIGURES: dict[str, str] = {  # name -> unit
     "node_batch_ms": "ms", "plain_batch_ms": "ms", "batch_round_trips": "round trips",
     **{f"episode_{k}_{s}_per_s": "episodes/s" for s in ("sync", "async", "exit", "memory") for k in ("full", "noop")},
     "workshop_c1_per_s": "episodes/s", "workshop_best_per_s": "episodes/s", "workshop_best_concurrency": "episodes",
-    "workshop_best_workers": "processes", "workshop_lab_cpu_ms_per_episode": "ms", "chaos_matrix_per_s": "episodes/s",
+    "workshop_best_workers": "processes", "workshop_lab_cpu_ms_per_episode": "ms",
+    "workshop_two_core_ceiling_per_s": "episodes/s", "chaos_matrix_per_s": "episodes/s",
     "server_cold_start_s": "s", "server_warm_start_s": "s", "server_attach_s": "s",
     "checkpoint_bytes_per_super_step": "B", "checkpoint_bytes_per_super_step_after_retention": "B",
     "peak_rss_mb": "MB", "peak_rss_child_mb": "MB",
@@ -282,7 +284,9 @@ async def bench_workshop(report: Report) -> None:
     report.add("workshop_best_per_s", best.episodes_per_s)
     report.add("workshop_best_concurrency", level)
     report.add("workshop_best_workers", workers)
-    report.add("workshop_lab_cpu_ms_per_episode", best.cpu_s / max(best.episodes, 1) * 1000)
+    lab_cpu_ms = best.cpu_s / max(best.episodes, 1) * 1000
+    report.add("workshop_lab_cpu_ms_per_episode", lab_cpu_ms)
+    report.add("workshop_two_core_ceiling_per_s", two_core_ceiling(lab_cpu_ms))
     report.notes["workshop"] = {"presets": list(WORKSHOP_PRESETS), "faults": list(WORKSHOP_FAULTS),
                                 "episodes": best.episodes, "episodes_per_cell": m.best_episodes,
                                 "wall_s": round(best.wall_s, 2), "errors": int(best.rows["error"].notna().sum())}
@@ -293,12 +297,20 @@ async def bench_workshop(report: Report) -> None:
                                     "workers": matrix.workers}
 
 
+def two_core_ceiling(lab_cpu_ms_per_episode: float) -> float:
+    """Episodes per second two cores could run if they ran nothing but the lab: ``2000 /`` the lab's CPU
+    milliseconds per episode (an upper bound: PostgreSQL's own CPU and the machine's other load come off it).
+    0.0 when nothing was measured."""
+    return 2000.0 / lab_cpu_ms_per_episode if lab_cpu_ms_per_episode > 0 else 0.0
+
+
 TAU2_TABLE_CONCURRENCY = 6  # workers: 7 connections each; the waiting faults overlap with the computing ones
 
 
 async def bench_tau2(report: Report) -> None:
     """tau2-bench retail: the 114 tasks under ``full`` and no fault (repeats), and the whole table once in
-    the full mode (``full`` and ``naive`` x every retail fault, 1,596 task runs); each checks every hash."""
+    the full mode (``full`` and ``naive`` x every retail fault: 2,052 task runs with its 9 faults); each
+    checks every hash."""
     from agentlab.lab.tau2 import FAULTS as TAU2_FAULTS
     from agentlab.lab.tau2 import run_tau2
 
@@ -431,6 +443,8 @@ ROWS = (  # the text table: (label, figure, ratio beside it)
     *((f"episode/s, {s}: no-op tools", f"episode_noop_{s}_per_s", None) for s in ("sync", "async", "exit", "memory")),
     ("workshop episodes/s, concurrency 1", "workshop_c1_per_s", None),
     ("workshop episodes/s, best level", "workshop_best_per_s", "workshop_best_vs_c1"),
+    ("workshop lab CPU per episode (ms)", "workshop_lab_cpu_ms_per_episode", None),
+    ("  2-core ceiling, lab alone (episodes/s)", "workshop_two_core_ceiling_per_s", None),
     ("chaos matrix episodes/s, best level", "chaos_matrix_per_s", None),
     ("embedded server cold start (s)", "server_cold_start_s", None),
     ("embedded server warm start (s)", "server_warm_start_s", None),
@@ -464,7 +478,8 @@ def render(report: Report) -> str:
     if "workshop_best_concurrency" in fig:
         lines.append(f"(best level: concurrency {int(fig['workshop_best_concurrency']['median'])} in "
                      f"{int(fig['workshop_best_workers']['median'])} worker process(es), "
-                     f"{fig['workshop_lab_cpu_ms_per_episode']['median']} ms of the lab's CPU per episode)")
+                     f"{fig['workshop_lab_cpu_ms_per_episode']['median']} ms of the lab's CPU per episode: two cores "
+                     f"running the lab alone top out at {fig['workshop_two_core_ceiling_per_s']['median']} episodes/s)")
     if "same_sql" in d["notes"]:
         lines.append(f"(node and plain psycopg sent the same SQL: {d['notes']['same_sql']}, "
                      f"{int(fig['batch_round_trips']['median'])} round trips per batch)")

@@ -181,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     tau2.add_argument("--presets", nargs="+", default=["full"], metavar="PRESET", choices=list(PRESETS))
     tau2.add_argument("--faults", nargs="+", default=["none"], metavar="FAULT",
                       help="none, crash_mid_node, backend_killed, crash_before_checkpoint, hallucinated_order_id, "
-                      "lock_timeout, statement_timeout, or all (default: none)")
+                      "check_violation, fk_violation, lock_timeout, statement_timeout, or all (default: none)")
     tau2.add_argument("--tasks", nargs="+", default=None, metavar="TASK", help="task ids (default: all 114)")
     tau2.add_argument("--fixed", action="store_true", help="fix tau2's last-variant bug instead of reproducing it")
     tau2.add_argument("--concurrency", type=int, default=4, help="workers, each a database of its own running one task at a time")

@@ -25,6 +25,10 @@ it never runs beside the first one. A run whose process died leaves its row unti
 resume of *that* run (the same token: the lab's restarted process, a job runner that recorded it)
 continues under it, any other run waits for the expiry.
 
+Behind a transaction-mode pooler (PgBouncer ``pool_mode = transaction``) the lease holds as on the server:
+each of its statements is its own transaction (or the batch's), so whichever server session the pooler
+lends, every client reads and writes the same row (``tests/test_c18_lease_behind_pgbouncer.py``).
+
 What the lease does not cover: the checkpoint writes themselves run on the saver's own connections,
 outside any batch. They belong to the run that holds the lease as long as its lease is live (each batch
 renews it for ``ttl_ms``); a run stalled past its lease and taken over stops at its next batch.

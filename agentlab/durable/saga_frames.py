@@ -20,7 +20,8 @@ WHERE (%(run)s::bigint IS NULL OR s.run_id = %(run)s) ORDER BY s.run_id, s.posit
 LIST_COMPENSATION_NEEDED = """
 SELECT c.id, c.run_id, r.run_key, c.position, c.step, c.action, c.reason, c.status, c.created_at, c.resolved_at
 FROM compensation_needed c JOIN saga_runs r ON r.id = c.run_id
-WHERE (%(status)s::text IS NULL OR c.status = %(status)s) ORDER BY c.id
+WHERE (%(status)s::text IS NULL OR c.status = %(status)s) AND (%(run_id)s::bigint IS NULL OR c.run_id = %(run_id)s)
+ORDER BY c.id
 """
 
 ACTION_STYLE = {  # journal action -> (marker, colour, label)
@@ -58,9 +59,10 @@ async def saga_steps_frame(pool, run_id: int | None = None):
                                                            "compensated_at"])
 
 
-async def compensation_needed_frame(pool, status: str | None = "open"):
-    """The "compensation needed" rows for people (``status`` ``"open"``, ``"resolved"`` or None for all)."""
-    return await _frame(pool, LIST_COMPENSATION_NEEDED, {"status": status},
+async def compensation_needed_frame(pool, status: str | None = "open", *, run_id: int | None = None):
+    """The "compensation needed" rows for people (``status`` ``"open"``, ``"resolved"`` or None for all),
+    of one saga run when ``run_id`` is given (else of every run), oldest first, as a pandas DataFrame."""
+    return await _frame(pool, LIST_COMPENSATION_NEEDED, {"status": status, "run_id": run_id},
                         ["id", "run_id", "run_key", "position", "step", "action", "reason", "status", "created_at",
                          "resolved_at"])
 

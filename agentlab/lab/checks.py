@@ -3,7 +3,8 @@
 ``await check_invariant(fn, domain, fault="backend_killed", preset="ledger")`` runs two fresh episodes of
 ``domain`` in a database of their own: one under ``full`` with no fault (``fn`` must report nothing) and
 one under ``preset`` with ``fault`` (``fn`` must report something). It prints each as passed or failed,
-with a hint, and returns whether both passed.
+with a hint, and returns whether both passed. :func:`invariant_line_counts` gives the two counts behind
+the verdicts (notebook 16's exercise 16.1 checks with them).
 """
 
 from __future__ import annotations
@@ -11,6 +12,11 @@ from __future__ import annotations
 from agentlab.core.domain import InvariantContext
 from agentlab.lab.runner import Lab
 from agentlab.runtime.harness import Harness
+
+CLEAN_HINT = ("it reported a violation where everything holds: read the rows of ctx.ids only, and compare "
+              "with what the scenario meant")
+BROKEN_HINT = ("it reported nothing where the provider's records and the database disagree: count the "
+               "payments per payout, not per account")
 
 
 async def _details(fn, h: Harness, run) -> list[str]:
@@ -20,9 +26,10 @@ async def _details(fn, h: Harness, run) -> list[str]:
         return list(await fn(ctx))
 
 
-async def check_invariant(fn, domain, *, fault: str, preset: str, seed: int = 0) -> bool:
-    """Run invariant ``fn`` (``async fn(ctx) -> list[str]``) on a clean ``full`` episode of ``domain`` and
-    on one under ``fault`` and ``preset``; print the two verdicts; True when both pass.
+async def invariant_line_counts(fn, domain, *, fault: str, preset: str, seed: int = 0) -> tuple[int, int]:
+    """Run invariant ``fn`` (``async fn(ctx) -> list[str]``) on a clean ``full`` episode of ``domain`` and on
+    one under ``fault`` and ``preset``, in a fresh database of their own; return how many lines ``fn``
+    reported for each, ``(clean, broken)``: a good invariant gives ``(0, at least 1)``.
 
     Raises:
         ValueError: ``fault`` does not fit ``domain`` or ``preset`` is unknown.
@@ -30,17 +37,20 @@ async def check_invariant(fn, domain, *, fault: str, preset: str, seed: int = 0)
     async with await Harness.open(purpose="check", domain=domain) as h, Lab(h) as lab:
         clean = await lab.run("none", "full", seed=seed, check=False)
         broken = await lab.run(fault, preset, seed=seed, check=False)
-        verdicts = [
-            ("a clean episode under full reports nothing", await _details(fn, h, clean), False,
-             "it reported a violation where everything holds: read the rows of ctx.ids only, and compare "
-             "with what the scenario meant"),
-            (f"{fault} under {preset} is reported", await _details(fn, h, broken), True,
-             "it reported nothing where the provider's records and the database disagree: count the "
-             "payments per payout, not per account"),
-        ]
+        return len(await _details(fn, h, clean)), len(await _details(fn, h, broken))
+
+
+async def check_invariant(fn, domain, *, fault: str, preset: str, seed: int = 0) -> bool:
+    """Run invariant ``fn`` (``async fn(ctx) -> list[str]``) on a clean ``full`` episode of ``domain`` and
+    on one under ``fault`` and ``preset``; print the two verdicts; True when both pass.
+
+    Raises:
+        ValueError: ``fault`` does not fit ``domain`` or ``preset`` is unknown.
+    """
+    clean, broken = await invariant_line_counts(fn, domain, fault=fault, preset=preset, seed=seed)
     ok = True
-    for title, details, want_some, hint in verdicts:
-        passed = bool(details) == want_some
+    for title, lines, passed, hint in (("a clean episode under full reports nothing", clean, clean == 0, CLEAN_HINT),
+                                       (f"{fault} under {preset} is reported", broken, broken > 0, BROKEN_HINT)):
         ok &= passed
-        print(f"{'passed' if passed else 'FAILED'}: {title} ({len(details)} line(s))" + ("" if passed else f"; hint: {hint}"))
+        print(f"{'passed' if passed else 'FAILED'}: {title} ({lines} line(s))" + ("" if passed else f"; hint: {hint}"))
     return ok

@@ -24,7 +24,8 @@ act too, so both have read before either writes; then A's act goes first and B's
 has ended (r1 r2 w1 c1 w2 c2). A conversation that
 cannot arrive because it is blocked by a lock *this* one holds (``pg_blocking_pids``: a row lock, the
 thread's advisory lock, a unique index entry) releases the wait at once, and so does one that has
-ended (refused by the thread lease, or done). The wait is bounded by :data:`RENDEZVOUS_S`; a party that
+ended (refused by the thread lease, or done), or waits for the thread lease this one's run holds
+(``run_lock_wait_ms``). The wait is bounded by :data:`RENDEZVOUS_S`; a party that
 passed once never waits again (a retried batch runs freely). Same seed, same interleaving, same table.
 
 Invariants (:data:`KINDS`, read from the database and the checkpoints, never from the code):
@@ -46,6 +47,11 @@ memo conflict deducts twice, see case C23); a row lock in the check-then-act too
 (the late writer fails with 40001 and the graph retries it) for ``lost_update`` and ``check_then_act``;
 the row lock or ``serializable`` for ``write_skew`` (repeatable read lets it through). ``full`` holds all.
 
+On the retail domain (``chaos --domain retail``) the same faults play retail's own races on rows each
+episode makes for itself, met at the tools' first writes, and checked by the retail invariants
+(:mod:`agentlab.domains.retail.concurrency`, :func:`run_retail_concurrent`); ``write_skew`` does not apply
+there and :func:`domain_races` refuses it with the reason.
+
 Sources: PostgreSQL docs "Transaction Isolation", "Explicit Locking", "Serializable Snapshot Isolation"
 (wiki SSI; Ports and Grittner, VLDB 2012), ``pg_blocking_pids``; Kingsbury, Jepsen analyses.
 """
@@ -54,6 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 import time
 import uuid
@@ -68,10 +75,16 @@ from psycopg import sql
 from agentlab.core.domain import Violation
 from agentlab.core.graph import RETRY_ATTEMPTS, build_graph, run_config
 from agentlab.core.outbox import OutboxWorker
-from agentlab.core.run_lock import ThreadBusy, invoke_with_lease
+from agentlab.core.run_lock import ThreadBusy, thread_lease
 from agentlab.core.scenario import Scenario
 from agentlab.domains.billing.limits import DAILY_REFUND_CAP_CENTS
-from agentlab.lab.faults import CONCURRENCY_FAULTS, RENDEZVOUS_S, Concurrent  # noqa: F401 (CONCURRENCY_FAULTS re-exported)
+from agentlab.lab.faults import (  # noqa: F401 (CONCURRENCY_FAULTS, domain_races re-exported)
+    CONCURRENCY_FAULTS,
+    DOMAIN_RACES,
+    RENDEZVOUS_S,
+    Concurrent,
+    domain_races,
+)
 
 KINDS: tuple[str, ...] = ("paid_twice", "lost_update", "cap_exceeded", "forked_thread")
 POLL_S = 0.005
@@ -100,6 +113,7 @@ class Rendezvous:
         self.passed: set[str] = set()
         self.gone: set[str] = set()
         self.finished: set[str] = set()  # parties whose batch holding the act has ended
+        self.queued: set[str] = set()  # parties waiting for a thread lease another party's run holds
         self.pids: dict[str, int] = {}
         self.log: list[str] = []  # what happened, in order (for tests and notes)
 
@@ -122,7 +136,8 @@ class Rendezvous:
         self.arrived.add(party)
         self.log.append(f"{party} at its act")
         others = [p for p in self.parties if p != party]
-        how = await self._until(party, lambda: [p for p in others if p not in self.arrived and p not in self.gone],
+        how = await self._until(party, lambda: [p for p in others if p not in self.arrived and p not in self.gone
+                                                and p not in self.queued],
                                 "all arrived")
         earlier = self.parties[:self.parties.index(party)]
         if how != "timeout" and any(p in self.arrived for p in earlier):
@@ -141,7 +156,8 @@ class Rendezvous:
             if await self._blocked_by_me(party, waiting_for):
                 return "the other waits on this one's lock"
             await asyncio.sleep(POLL_S)
-        return "timeout"
+        # a busy event loop (many episodes at once) may wake this wait only after its deadline: look once more
+        return done if not pending() else "timeout"
 
     async def _blocked_by_me(self, party: str, others: list[str]) -> bool:
         mine = self.pids.get(party)
@@ -277,13 +293,13 @@ async def run_concurrent(lab, fault: Concurrent, sg, *, scenario: str, seed: int
     conversations at once, the outbox drained, the invariants of the billing checker plus :data:`KINDS`.
     Returns ``(episode, end state scenario, notes, violations)``; the runner makes its FaultRun of them.
     ``notes`` holds ``rendezvous`` (what the barrier did), ``refused`` (conversations the thread lease
-    refused), ``errors`` and ``threads``."""
+    refused), ``errors`` and ``threads``. A domain with races of its own (retail:
+    :data:`agentlab.domains.retail.concurrency.RACES`) plays them instead (:func:`run_retail_concurrent`)."""
     from agentlab.lab.invariants import check_messages, check_state, read_records
-    from agentlab.runtime.harness import Episode
-    from agentlab.sim.model import ScriptedChatModel
 
     h, process = lab.harness, lab.process
-    make_model = model or (lambda script, seed: ScriptedChatModel(script=script, seed=seed))
+    if h.domain is not None and h.domain.name in DOMAIN_RACES:
+        return await run_retail_concurrent(lab, fault, sg, race=scenario, seed=seed, check=check, model=model)
     base = fault.prepare(h.scenario(scenario).clean(), rng)
     sc_a, sc_b = fault.scenarios_for(base)
     t0 = time.perf_counter()
@@ -293,43 +309,8 @@ async def run_concurrent(lab, fault: Concurrent, sg, *, scenario: str, seed: int
     convs = [Conversation("A", thread, sc_a, seed),
              Conversation("B", thread if fault.same_thread else f"{thread}-b", sc_b, seed + 1)]
     gate = Rendezvous(h.pool, ("A", "B"), meets_at(*fault.acts))
-
-    async def play(c: Conversation) -> None:
-        node = process.node(sg)
-        node.pool = gate.wrap(c.name, node.pool)
-        graph = build_graph(make_model(c.scenario.script(ids), c.seed), node, checkpointer=process.saver,
-                            retry_attempts=RETRY_ATTEMPTS)
-        config = run_config(c.thread_id, tenant_id=c.scenario.tenant_id)
-        inputs = {"messages": [HumanMessage(c.scenario.prompt)]}
-        try:
-            if sg.run_lock:
-                c.state = await invoke_with_lease(graph, h.pool, inputs, config, wait_ms=sg.run_lock_wait_ms,
-                                                  durability="exit")
-            else:
-                c.state = await graph.ainvoke(inputs, config, durability="exit")
-        except ThreadBusy as exc:
-            c.refused = str(exc)
-        except Exception as exc:
-            c.error = f"{type(exc).__name__}: {exc}"
-        finally:
-            gate.leave(c.name)
-
-    await asyncio.gather(*(play(c) for c in convs))
-    threads = list(dict.fromkeys(c.thread_id for c in convs))
-    histories: dict[str, list] = {}
-    ep = Episode(sc_a.name, sg.name, thread, seed, ids, sg.schema, sc_a.tenant_id)
-    for t in threads:
-        snapshot = await process.graph(sg).aget_state(run_config(t))
-        values = snapshot.values if snapshot is not None else {}
-        histories[t] = list(values.get("messages", []))
-        ep.rollbacks_total += values.get("rollbacks_total", 0)
-        ep.escalated |= bool(values.get("escalated", False))
-    if sg.outbox:
-        for t in threads:
-            ep.drain = await OutboxWorker(process.pool, h.provider, thread_id=t).drain()
-    ep.messages = [m for t in threads for m in histories[t]]
+    ep, threads, histories = await _play_pair(lab, sg, convs, gate, ids, model, thread)
     errors = [f"{c.name}: {c.error}" for c in convs if c.error]
-    ep.error = "; ".join(errors) or None
     intended = fault.end_state(sc_a)
     violations: list[Violation] = []
     if check:
@@ -347,6 +328,107 @@ async def run_concurrent(lab, fault: Concurrent, sg, *, scenario: str, seed: int
     notes: dict[str, Any] = {"rendezvous": list(gate.log), "refused": [c.name for c in convs if c.refused],
                              "errors": errors, "threads": threads}
     return ep, intended, notes, violations
+
+
+async def _play_pair(lab, sg, convs: list[Conversation], gate: Rendezvous, ids: list[int], model, thread: str):
+    """Both conversations at once (each a graph run of its own, under the thread lease with ``run_lock``),
+    then their histories read back and the outbox drained: ``(episode, threads, histories by thread)``."""
+    from agentlab.runtime.harness import Episode
+    from agentlab.sim.model import ScriptedChatModel
+
+    h, process = lab.harness, lab.process
+    make_model = model or (lambda script, seed: ScriptedChatModel(script=script, seed=seed))
+
+    async def play(c: Conversation) -> None:
+        node = process.node(sg)
+        node.pool = gate.wrap(c.name, node.pool)
+        graph = build_graph(make_model(c.scenario.script(ids), c.seed), node, checkpointer=process.saver,
+                            retry_attempts=RETRY_ATTEMPTS)
+        config = run_config(c.thread_id, tenant_id=c.scenario.tenant_id)
+        inputs = {"messages": [HumanMessage(c.scenario.prompt)]}
+        try:
+            if sg.run_lock:
+                # on a shared thread only the lease holder can reach its act: the other waits for the run to end
+                shared = sum(o.thread_id == c.thread_id for o in convs) > 1
+                if shared:
+                    gate.queued.add(c.name)
+                try:
+                    async with thread_lease(h.pool, c.thread_id, wait_ms=sg.run_lock_wait_ms) as lease:
+                        gate.queued.discard(c.name)
+                        c.state = await graph.ainvoke(inputs, lease.configure(config), durability="exit")
+                finally:
+                    gate.queued.discard(c.name)
+            else:
+                c.state = await graph.ainvoke(inputs, config, durability="exit")
+        except ThreadBusy as exc:
+            c.refused = str(exc)
+        except Exception as exc:
+            c.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            gate.leave(c.name)
+
+    await asyncio.gather(*(play(c) for c in convs))
+    threads = list(dict.fromkeys(c.thread_id for c in convs))
+    histories: dict[str, list] = {}
+    sc_a = convs[0].scenario
+    ep = Episode(sc_a.name, sg.name, thread, convs[0].seed, ids, sg.schema, sc_a.tenant_id)
+    for t in threads:
+        snapshot = await process.graph(sg).aget_state(run_config(t))
+        values = snapshot.values if snapshot is not None else {}
+        histories[t] = list(values.get("messages", []))
+        ep.rollbacks_total += values.get("rollbacks_total", 0)
+        ep.escalated |= bool(values.get("escalated", False))
+    if sg.outbox:
+        for t in threads:
+            ep.drain = await OutboxWorker(process.pool, h.provider, thread_id=t).drain()
+    ep.messages = [m for t in threads for m in histories[t]]
+    ep.error = "; ".join(f"{c.name}: {c.error}" for c in convs if c.error) or None
+    return ep, threads, histories
+
+
+# --------------------------------------------------------------------------- another domain: retail
+
+async def run_retail_concurrent(lab, fault: Concurrent, sg, *, race: str, seed: int, check: bool = True, model=None):
+    """One episode of ``fault`` on the retail domain: rows of its own
+    (:func:`agentlab.domains.retail.concurrency.create_entities`), race ``race`` played by two conversations
+    met at the tools' first writes, checked by :func:`check_generic` on each thread, the retail race
+    invariants (:func:`agentlab.domains.retail.concurrency.check_entities`) and ``forked_thread``. Returns
+    what :func:`run_concurrent` returns; ``notes`` also holds ``race`` and ``user_id``."""
+    from agentlab.domains.retail.concurrency import (
+        BY_NAME,
+        MEETS_AT,
+        check_entities,
+        create_entities,
+    )
+    from agentlab.lab.invariants import check_generic
+
+    h = lab.harness
+    t0 = time.perf_counter()
+    async with h.pool.connection() as conn:
+        e = await create_entities(conn)
+    sc_a, sc_b = BY_NAME[race].scenarios(e)
+    thread = f"{fault.name}-{sg.name}-{uuid.uuid4().hex[:12]}"
+    convs = [Conversation("A", thread, sc_a, seed),
+             Conversation("B", thread if fault.same_thread else f"{thread}-b", sc_b, seed + 1)]
+    gate = Rendezvous(h.pool, ("A", "B"), meets_at(*MEETS_AT))
+    ep, threads, histories = await _play_pair(lab, sg, convs, gate, [], model, thread)
+    errors = [f"{c.name}: {c.error}" for c in convs if c.error]
+    violations: list[Violation] = []
+    if check:
+        for t in threads:
+            one = dataclasses.replace(ep, thread_id=t, messages=histories[t])
+            violations += await check_generic(h.pool, one, sg, h.domain.error_hints.identifiers)
+        async with h.pool.connection() as conn:
+            violations += [Violation(kind, thread, detail) for kind, detail in await check_entities(conn, [e.user_id])]
+            for t in threads:
+                roots, children = await (await conn.execute(CHECKPOINT_SHAPE, (t,))).fetchone()
+                if roots > 1 or children > 1:
+                    violations.append(Violation("forked_thread", t, f"{roots} root checkpoints, at most {children} "
+                                                                   "children of one checkpoint"))
+    ep.wall_ms = (time.perf_counter() - t0) * 1000
+    notes: dict[str, Any] = {"rendezvous": list(gate.log), "refused": [c.name for c in convs if c.refused],
+                             "errors": errors, "threads": threads, "race": race, "user_id": e.user_id}
+    return ep, sc_a, notes, violations
 
 
 MESSAGE_CHECKS = ("unanswered_call", "leak", "half_applied_batch")

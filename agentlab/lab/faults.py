@@ -610,7 +610,9 @@ default: no preset holds them, so they stay out of the table every preset is mea
 
 # --------------------------------------------------------------------------- two conversations at once
 
-RENDEZVOUS_S = 1.0  # a conversation waits at most this long for the other at its act (agentlab.lab.concurrency)
+RENDEZVOUS_S = 5.0  # a conversation waits at most this long for the other at its act (agentlab.lab.concurrency);
+# each wait ends early in the usual case (the other arrived, ended, or waits on this one's lock), so the bound only
+# matters under load: 1 s let a chaos run of 32 episodes at once time out and change its table between runs
 
 
 @dataclass(frozen=True)
@@ -696,11 +698,28 @@ def faults_for(domain) -> tuple[str, ...]:
     return tuple(dict.fromkeys((*GENERIC_FAULTS, *(domain.faults or ()))))
 
 
+DOMAIN_RACES = ("retail",)
+"""Domains whose concurrency faults play races of their own (:mod:`agentlab.domains.retail.concurrency`,
+run by :func:`agentlab.lab.concurrency.run_retail_concurrent`)."""
+
+
+def domain_races(domain, fault_name: str) -> tuple[str, ...]:
+    """The names of ``domain``'s races for ``fault_name``. Raises ValueError when the fault does not apply to
+    the domain (retail's ``write_skew``), naming why."""
+    from agentlab.domains.retail.concurrency import NOT_APPLICABLE, RACES
+
+    if fault_name in NOT_APPLICABLE:
+        raise ValueError(f"fault {fault_name!r} does not apply to domain {domain.name!r}: {NOT_APPLICABLE[fault_name]}")
+    return tuple(r.name for r in RACES[fault_name])
+
+
 def fault_scenarios(fault: Fault, domain) -> tuple[str, ...]:
     """The scenarios of ``domain`` an episode under ``fault`` may play. Raises ValueError when the fault
     does not fit the domain."""
     if domain is None or domain.name == "billing":
         return fault.scenarios
+    if isinstance(fault, Concurrent) and domain.name in DOMAIN_RACES:  # retail's races (domains.retail.concurrency)
+        return domain_races(domain, fault.name)
     if fault.name not in faults_for(domain):
         raise ValueError(f"fault {fault.name!r} does not fit domain {domain.name!r}; its faults: "
                          f"{', '.join(faults_for(domain))}")

@@ -51,7 +51,7 @@ from agentlab.sim.provider import customer_ref
 from agentlab.core.safeguards import Policy, Safeguards
 from agentlab.domains.billing.errors import INTERNAL_IDENTIFIERS as BILLING_IDENTIFIERS
 from agentlab.domains.billing.scenarios import Intended, Scenario
-from agentlab.lab.tenancy import CrossTenantEffect, cross_tenant_effects
+from agentlab.lab.tenancy import CrossTenantEffect, effect_counts_query, effects_from
 
 KINDS: tuple[str, ...] = (
     "duplicate_invoice", "negative_balance", "balance_mismatch", "record_count", "payment_count",
@@ -111,11 +111,21 @@ async def read_records(pool, schema: str, customer_ids: list[int], thread_id: st
                        ) -> tuple[dict[int, CustomerRecords], set[str]]:
     """Each customer's rows in ``schema`` and payments in the provider's records, and the ledger's call
     ids for ``thread_id``, in one round trip."""
+    query, params = records_query(schema, customer_ids, thread_id)
+    async with pool.connection() as conn:
+        return records_from(await (await conn.execute(query, params)).fetchone())
+
+
+def records_query(schema: str, customer_ids: list[int], thread_id: str | None) -> tuple[sql.Composed, dict[str, Any]]:
+    """The one statement :func:`read_records` sends, and its parameters (:func:`records_from` reads its row)."""
     customers = sql.SQL(CUSTOMER_RECORDS).format(s=sql.Identifier(schema))
     query = sql.SQL(EPISODE_RECORDS).format(customers=customers)
-    params = {"ids": customer_ids, "refs": [customer_ref(i) for i in customer_ids], "thread": thread_id}
-    async with pool.connection() as conn:
-        rows, pays, ledger = await (await conn.execute(query, params)).fetchone()
+    return query, {"ids": customer_ids, "refs": [customer_ref(i) for i in customer_ids], "thread": thread_id}
+
+
+def records_from(row: tuple) -> tuple[dict[int, CustomerRecords], set[str]]:
+    """:func:`records_query`'s row as ``({customer id: CustomerRecords}, ledger call ids)``."""
+    rows, pays, ledger = row
     paid = {(c, k): n for c, k, n in _json(pays)}
     out = {}
     for cid, tenant, credit, invoices, memos, refunds in _json(rows):
@@ -195,11 +205,15 @@ async def check_episode(pool, ep, scenario: Scenario, safeguards: Safeguards, do
     invariants (:func:`check_generic`) and the domain's own (``domain.invariants``)."""
     if domain is not None and domain.name != "billing":
         return await check_domain_episode(pool, ep, scenario, safeguards, domain)
-    records, ledger = await read_records(pool, ep.schema, ep.customer_ids, ep.thread_id)
     opening = {cid: spec.credit_cents for cid, spec in zip(ep.customer_ids, scenario.customers)}
+    records_sql, records_params = records_query(ep.schema, ep.customer_ids, ep.thread_id)
+    effects_sql, effects_params = effect_counts_query(ep.schema, ep.tenant_id, ep.customer_ids, messages=ep.messages)
     async with pool.connection() as conn:
-        foreign = await cross_tenant_effects(conn, ep.schema, ep.tenant_id, ep.customer_ids, messages=ep.messages,
-                                             opening_credit_cents=opening)
+        async with conn.pipeline():  # both statements, one round trip
+            records_cur = await conn.execute(records_sql, records_params)
+            effects_cur = await conn.execute(effects_sql, effects_params)
+        records, ledger = records_from(await records_cur.fetchone())
+        foreign = effects_from(await effects_cur.fetchall(), messages=ep.messages, opening_credit_cents=opening)
     return check_state(ep, scenario, safeguards, records, ledger if safeguards.ledger else None, foreign)
 
 

@@ -69,7 +69,8 @@ def png_path(text: str) -> str:
 def add_arguments(parser) -> None:
     """The ``chaos`` subcommand's options."""
     parser.add_argument("--domain", default="billing", metavar="DOMAIN",
-                        help="the domain to run: billing (default), or package.module:NAME for your own")
+                        help="the domain to run: billing (default), retail (tau2-bench; the concurrency faults play retail's own "
+                        "races there, write_skew does not apply), or package.module:NAME for your own")
     parser.add_argument("--episodes", type=positive_int, default=10, help="episodes per fault and preset (default 10)")
     parser.add_argument("--presets", nargs="+", choices=list(PRESETS), default=None, metavar="PRESET",
                         action=Distinct, help=f"presets to compare, each once (default: all: {' '.join(PRESETS)})")

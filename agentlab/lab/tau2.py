@@ -18,6 +18,10 @@ The faults (:data:`FAULTS`) are the catalog's, fitted to turns of one call each:
 ``crash_before_checkpoint``  the process dies after the first writing batch's COMMIT, before its checkpoint
 ``hallucinated_order_id``  every order id is first sent without its ``#`` (``W2378156``); the model resends it
                            fixed once told the order was not found
+``check_violation``        every cancel reason is first sent capitalized (``No longer needed``): the CHECK on
+                           ``orders.cancel_reason`` refuses the UPDATE, after a gift card's refund statement
+``fk_violation``           every exchange first names the description's example payment method of its kind
+                           (``gift_card_0000000``): the FOREIGN KEY on the order's exchange payment method refuses it
 ``lock_timeout``           another session holds the first written order's row lock (``FOR UPDATE``) for 1 s
 ``statement_timeout``      a trigger holds the first written order's writes (its row, an item, a new payment)
                            until 0.25 s past the statement timeout (scaled to 250 ms where timeouts are on)
@@ -37,7 +41,7 @@ import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -60,6 +64,7 @@ from agentlab.runtime.harness import Harness
 from agentlab.sim.model import PLAN_KEY, ScriptedChatModel
 
 WRITE_PREFIXES = ("INSERT", "UPDATE", "DELETE")
+EXAMPLE_PAYMENT_METHOD_NUMBER = "0000000"  # the tools' descriptions' example ids: 'gift_card_0000000', ...
 LOCK_HOLD_S = 1.0  # lock_timeout: how long the other session holds the order's row lock
 DEFAULT_CONCURRENCY = 4  # workers, each a database of its own running one task at a time
 
@@ -223,16 +228,41 @@ class CrashAfterWriteCommit(Fault):
 
 
 @dataclass(frozen=True)
-class OrderIdWithoutHash(Fault):
-    """Every planned call's ``order_id`` is first sent without its ``#``; ``fix`` is the real id."""
+class FirstSentWrong(Fault):
+    """Every planned call of ``tools`` (every tool when empty) whose ``field`` ``corrupt`` changes is first
+    sent with the changed value, which the strict argument model accepts (a string still); ``fix`` is the
+    real call, what the model resends once told what was wrong."""
+
+    tools: tuple[str, ...] = ()
+    field: str = "order_id"
+    corrupt: Callable[[Any], Any] = lambda value: value
 
     def prepare(self, scenario: Scenario, rng: random.Random) -> Scenario:
         for step, index, call in scenario.calls():
-            order_id = call.args.get("order_id")
-            if isinstance(order_id, str) and order_id.startswith("#"):
-                scenario = scenario.with_call(step, index, args={**call.args, "order_id": order_id[1:]},
-                                              fix=dict(call.args))
+            if (self.tools and call.tool not in self.tools) or self.field not in call.args:
+                continue
+            bad = self.corrupt(call.args[self.field])
+            if bad != call.args[self.field]:
+                scenario = scenario.with_call(step, index, args={**call.args, self.field: bad}, fix=dict(call.args))
         return scenario
+
+
+def without_hash(order_id: Any) -> Any:
+    """``#W2378156`` -> ``W2378156`` (anything else unchanged)."""
+    return order_id[1:] if isinstance(order_id, str) and order_id.startswith("#") else order_id
+
+
+def capitalized(reason: Any) -> Any:
+    """``no longer needed`` -> ``No longer needed``: not one of tau2's two reasons."""
+    return reason[:1].upper() + reason[1:] if isinstance(reason, str) else reason
+
+
+def example_payment_method(payment_method_id: Any) -> Any:
+    """``gift_card_9368765`` -> ``gift_card_0000000``, the tool description's example of that kind, which
+    no user has."""
+    if not isinstance(payment_method_id, str) or "_" not in payment_method_id:
+        return payment_method_id
+    return payment_method_id.rsplit("_", 1)[0] + "_" + EXAMPLE_PAYMENT_METHOD_NUMBER
 
 
 @dataclass(frozen=True)
@@ -356,8 +386,15 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
     CrashAfterWriteCommit("crash_before_checkpoint", "crash_before_checkpoint",
                           "crash after a write batch's commit, before the checkpoint; resume in a new process",
                           "ledger"),
-    OrderIdWithoutHash("hallucinated_order_id", "hallucinated_argument",
-                       "every order id first sent without its '#'", "validation"),
+    FirstSentWrong("hallucinated_order_id", "hallucinated_argument", "every order id first sent without its '#'",
+                   "validation", field="order_id", corrupt=without_hash),
+    FirstSentWrong("check_violation", "check_violation",
+                   "every cancel reason first sent capitalized ('No longer needed'): the CHECK on the reason refuses it",
+                   "constraints, transaction", tools=("cancel_pending_order",), field="reason", corrupt=capitalized),
+    FirstSentWrong("fk_violation", "fk_violation",
+                   "every exchange first pays with the description's example id ('gift_card_0000000'): the "
+                   "FOREIGN KEY refuses it", "constraints, sanitize", tools=("exchange_delivered_order_items",),
+                   field="payment_method_id", corrupt=example_payment_method),
     OrderLockHolder("lock_timeout", "lock_timeout", "a second session holds the order's row lock for 1 s",
                     "timeouts"),
     SlowOrderWrite("statement_timeout", "statement_timeout",

@@ -49,8 +49,8 @@ from agentlab.core.schema import AGENT_ROLE, TENANT_SETTING
 
 __all__ = [
     "AGENT_ROLE", "FORBIDDEN_STATEMENTS", "TENANT_SETTING", "AgentProbe", "CrossTenantEffect", "TenantRequired",
-    "agent_privileges", "compare_isolation", "create_foreign_customer", "cross_tenant_effects", "foreign_tenant",
-    "isolation_prelude", "named_customer_ids", "require_tenant", "try_as_agent", "with_foreign_customer",
+    "agent_privileges", "compare_isolation", "create_foreign_customer", "cross_tenant_effects", "effect_counts_query",
+    "effects_from", "foreign_tenant", "isolation_prelude", "named_customer_ids", "require_tenant", "try_as_agent", "with_foreign_customer",
 ]
 
 # What the agent role must be refused (SQLSTATE 42501), for a lesson: loop over them with try_as_agent.
@@ -211,16 +211,31 @@ async def cross_tenant_effects(conn, schema: str, tenant_id: str, customer_ids: 
     Returns:
         One :class:`CrossTenantEffect` per customer and kind with at least one row, in id order.
     """
+    query, params = effect_counts_query(schema, tenant_id, customer_ids, messages=messages, since=since)
+    cur = await conn.execute(query, params)
+    return effects_from(await cur.fetchall(), messages=messages, opening_credit_cents=opening_credit_cents)
+
+
+def effect_counts_query(schema: str, tenant_id: str, customer_ids: Iterable[int], *, messages: Sequence | None = None,
+                        since: datetime | None = None) -> tuple[sql.Composed, dict[str, Any]]:
+    """The statement :func:`cross_tenant_effects` reads (one row per foreign customer) and its parameters,
+    for a caller that sends it beside other statements in one round trip; :func:`effects_from` reads its rows."""
+    ids = set(customer_ids) | (named_customer_ids(messages) if messages else set())
+    query = sql.SQL(EFFECT_COUNTS).format(schema=sql.Identifier(schema))
+    return query, {"ids": sorted(ids), "tenant": tenant_id, "since": since}
+
+
+def effects_from(rows: Iterable[tuple], *, messages: Sequence | None = None,
+                 opening_credit_cents: Mapping[int, int] | None = None) -> list[CrossTenantEffect]:
+    """The :class:`CrossTenantEffect` values of :func:`effect_counts_query`'s ``rows`` (see
+    :func:`cross_tenant_effects` for ``messages`` and ``opening_credit_cents``), in id order."""
     from langchain_core.messages import AIMessage, ToolMessage
 
     from agentlab.domains.billing.tools import TOOLS
 
-    ids = set(customer_ids) | (named_customer_ids(messages) if messages else set())
-    query = sql.SQL(EFFECT_COUNTS).format(schema=sql.Identifier(schema))
-    cur = await conn.execute(query, {"ids": sorted(ids), "tenant": tenant_id, "since": since})
     effects: list[CrossTenantEffect] = []
     foreign: dict[int, str] = {}
-    for cid, tenant, credit, *counts in await cur.fetchall():
+    for cid, tenant, credit, *counts in rows:
         foreign[cid] = tenant
         for kind, n in zip(("invoice", "credit_memo", "refund", "outbox", "payment"), counts):
             if n:

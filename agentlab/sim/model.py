@@ -37,6 +37,12 @@ PLAN_KEY = "agentlab_plan"
 MAX_SENDS_PER_CALL = 6  # a planned call sent more often than this is given up
 
 
+def _calls_chars(message: BaseMessage) -> int:
+    """Characters of ``message``'s tool calls as JSON (``[]``, 2, for a message without any)."""
+    calls = getattr(message, "tool_calls", None)
+    return len(json.dumps(calls)) if calls else 2
+
+
 def classify(message: ToolMessage | None) -> tuple[str, str | None]:
     """How the model reads a ToolMessage: (``"ok" | "not_applied" | "failed" | "raw_error" | "missing"``, category)."""
     if message is None:
@@ -154,7 +160,7 @@ class ScriptedChatModel(BaseChatModel):
     def _generate(self, messages: list[BaseMessage], stop=None, run_manager=None, **kwargs: Any) -> ChatResult:
         self._invocations += 1
         sends, _ = self.plan(messages)
-        prompt_chars = sum(len(str(m.content)) + len(json.dumps(getattr(m, "tool_calls", []) or [])) for m in messages)
+        prompt_chars = sum(len(str(m.content)) + _calls_chars(m) for m in messages)
         if not sends:
             message = AIMessage(content=self.final_text)
         else:

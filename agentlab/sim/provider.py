@@ -200,36 +200,44 @@ class FakePaymentProvider(OutsideService):
         if fault == "unavailable":
             raise ProviderUnavailable("payment provider unavailable (503)")
         now = self.clock.now()
-        async with self._pool.connection() as conn, conn.transaction():
-            response = None
-            if key is not None:
-                cur = await conn.execute(FIND_KEY, (key,))
-                row = await cur.fetchone()
-                if row is not None and row[2] < now - timedelta(seconds=self.retention_s):
-                    await conn.execute(FORGET_KEY, (key,))  # the provider forgot this key
-                    row = None
-                if row is not None:
-                    if row[0] != request_hash:
-                        raise IdempotencyConflict(
-                            "idempotency key reused with different parameters; the original request stands"
-                        )
-                    response = {**row[1], "replayed": True}
-            if response is None:
-                payment_id = ("ch_" if kind == "charge" else "re_") + secrets.token_hex(8)
-                await conn.execute(
-                    INSERT_PAYMENT,
-                    (payment_id, kind, body["customer"], amount_cents, "usd", reference, key, now),
-                )
-                response = {"id": payment_id, "kind": kind, "amount_cents": amount_cents,
-                            "customer": body["customer"], "reference": reference}
-                if key is not None:
-                    stored = await conn.execute(STORE_KEY, (key, request_hash, Jsonb(response), now))
-                    if await stored.fetchone() is None:  # a concurrent request with the same key won
-                        raise ProviderTimeout("concurrent request with the same idempotency key; retry")
-                response = {**response, "replayed": False}
+        if key is None:  # nothing to look up or store: the payment alone, one statement committing on its own
+            payment_id = ("ch_" if kind == "charge" else "re_") + secrets.token_hex(8)
+            async with self._pool.connection() as conn:
+                await conn.execute(INSERT_PAYMENT, (payment_id, kind, body["customer"], amount_cents, "usd",
+                                                    reference, None, now))
+            response = {"id": payment_id, "kind": kind, "amount_cents": amount_cents,
+                        "customer": body["customer"], "reference": reference, "replayed": False}
+        else:
+            response = await self._create_keyed(kind, body, amount_cents, key, reference, request_hash, now)
         if fault == "timeout_after_success":
             raise ProviderTimeout("payment provider did not answer in time")
         return response
+
+    async def _create_keyed(self, kind, body, amount_cents, key, reference, request_hash, now) -> dict:
+        """A request with an idempotency key, in one transaction: the key's stored response (a replay), or
+        the payment and the key's row, sent together (one round trip), then COMMIT."""
+        async with self._pool.connection() as conn, conn.transaction():
+            cur = await conn.execute(FIND_KEY, (key,))
+            row = await cur.fetchone()
+            if row is not None and row[2] < now - timedelta(seconds=self.retention_s):
+                await conn.execute(FORGET_KEY, (key,))  # the provider forgot this key
+                row = None
+            if row is not None:
+                if row[0] != request_hash:
+                    raise IdempotencyConflict(
+                        "idempotency key reused with different parameters; the original request stands"
+                    )
+                return {**row[1], "replayed": True}
+            payment_id = ("ch_" if kind == "charge" else "re_") + secrets.token_hex(8)
+            response = {"id": payment_id, "kind": kind, "amount_cents": amount_cents,
+                        "customer": body["customer"], "reference": reference}
+            async with conn.pipeline():  # the payment and the key in one round trip
+                await conn.execute(INSERT_PAYMENT, (payment_id, kind, body["customer"], amount_cents, "usd",
+                                                    reference, key, now))
+                stored = await conn.execute(STORE_KEY, (key, request_hash, Jsonb(response), now))
+            if await stored.fetchone() is None:  # a concurrent request with the same key won
+                raise ProviderTimeout("concurrent request with the same idempotency key; retry")
+        return {**response, "replayed": False}
 
 
 def _payment(row) -> dict:

@@ -11,6 +11,8 @@
 - ``create_rows``: nothing (an episode acts on the seeded rows; each task gets a database of its own);
 - ``invariants``: :data:`INVARIANTS` (gift-card balances, payment history against status, the order state
   machine, items against their variants), read from the database against the opening snapshot;
+  :func:`paid_twice` (no payment refunded twice) is checked by the concurrency races (:mod:`.concurrency`)
+  on their own rows and is not among them;
 - ``export_state``: tau2's ``RetailDB`` JSON (:func:`.export.export_state`), for the canonical hash.
 
 :func:`retail_domain` builds one with the last-variant bug reproduced (the default, :data:`DOMAIN`:
@@ -21,15 +23,25 @@ in another state on purpose, and the ``item_matches_variant`` invariant holds th
 from __future__ import annotations
 
 from agentlab.core.domain import Domain, Invariant, InvariantContext, Migration
+from agentlab.core.errors import ErrorHints
 from agentlab.core.scenario import PlannedCall, Scenario
 from agentlab.core.schema import AGENT_ROLE
 from agentlab.core.toolspec import Toolset, ToolSpec
 from agentlab.domains.retail.export import export_state as _export_state
 from agentlab.domains.retail.load import DATA_DIR, load_sync, read_tasks, schema_sql
+from agentlab.domains.retail.order_checks import (
+    ORDER_MOVES,
+    order_fields,
+    refunded_twice,
+)
 from agentlab.domains.retail.reset import CHANGE_LOG_SQL, SNAPSHOT_SQL
 from agentlab.domains.retail.tools import specs
 
 TENANT = "tau2"
+ERROR_HINTS = ErrorHints(constraints={
+    "orders_cancel_reason_valid": "Invalid reason",  # tau2's words for the refusals the schema makes
+    "orders_exchange_payment_method_owned": "Payment method not found",
+})
 LAST_VARIANT_BUG_TASKS = ("20", "21", "36", "37", "100")
 """The tasks whose golden actions meet tau2's last-variant bug (9 items in all; see :mod:`.tools`)."""
 
@@ -200,7 +212,18 @@ async def order_status_transition(ctx: InvariantContext) -> list[str]:
             out.append(f"order {order_id} did not exist at the opening")
         elif status != was and status not in TRANSITIONS.get(was, ()):
             out.append(f"order {order_id}: status {was!r} -> {status!r} is not a transition of the order state machine")
+    # each tool moves an order once: its fields must not record two moves (two tools racing on one order)
+    for order_id, _was, status, returned, exchanged, modified, _net, _items in await (
+            await ctx.conn.execute(ORDER_MOVES.format(orders=LOGGED_ORDERS))).fetchall():
+        out += order_fields(order_id, status, returned, exchanged, modified)
     return out
+
+
+async def paid_twice(ctx: InvariantContext) -> list[str]:
+    """No payment method that paid on a changed order was refunded more than it paid there. Not in
+    :data:`INVARIANTS` (whose list notebook 17 shows): the concurrency races check it on their own rows;
+    ``Invariant("paid_twice", paid_twice, ...)`` adds it to a domain of your own."""
+    return await refunded_twice(ctx.conn, LOGGED_ORDERS)
 
 
 async def item_matches_variant(ctx: InvariantContext) -> list[str]:
@@ -281,7 +304,7 @@ def retail_domain(*, reproduce_last_variant_bug: bool = True) -> Domain:
     return Domain(
         "retail", toolset=toolset(reproduce_last_variant_bug), scenarios=SCENARIOS, create_rows=create_rows,
         schema="retail", migrations=MIGRATIONS, seed=seed, seed_files=SEED_FILES, invariants=INVARIANTS,
-        export_state=export_state, tenant_id=TENANT,
+        export_state=export_state, tenant_id=TENANT, error_hints=ERROR_HINTS,
         description="tau2-bench retail (a2c0247): 16 tools, 114 tasks' golden actions"
                     + ("" if reproduce_last_variant_bug else "; tau2's last-variant bug fixed"),
     )

@@ -14,6 +14,12 @@ title is the tool's snake_case name) and an async handler
   caller rolls the call back, so a refused call has no effect (tau2 mutates its Python objects in
   place, but none of its refusals in these tools comes after a mutation that the data can reach:
   the payment methods it re-reads always exist here, by FK).
+- Two of tau2's refusals are the schema's: a cancel reason other than tau2's two (the CHECK
+  ``orders_cancel_reason_valid``) and an exchange's payment method the user does not have (the FOREIGN
+  KEY ``orders_exchange_payment_method_owned``). The write raises psycopg's ``CheckViolation`` /
+  ``ForeignKeyViolation``; the caller rolls it back and its translator gives the model tau2's words
+  (:data:`agentlab.domains.retail.domain.ERROR_HINTS`). tau2 refuses them before any change, so does the
+  port inside a transaction; without one, the statements before the refused one stay.
 - The return value mirrors tau2's: the ``Order`` / ``User`` / ``Product`` / ``Variant`` JSON of
   :mod:`.export` (money as floats), a user id, or a text.
 
@@ -22,7 +28,14 @@ order row, then its items, then the variants it prices ``FOR SHARE``, then payme
 so two concurrent calls on the same order serialize and the second one sees the first one's
 result: two concurrent identical cancels refund a gift card once, the second is refused. The order
 row is the lock for its items, fulfillments and payment history (every tool that changes them
-locks it first).
+locks it first). A gift card's new balance is computed from the balance the tool read and written
+as an absolute value (``SET balance_cents = %s``), as tau2's ``payment_method.balance += amount`` on a
+loaded object does: correct under the row lock, a lost update without it.
+
+The locks are a safeguard (``Safeguards.row_locks``, read from ``ctx.safeguards``; on when ``ctx``
+carries none): switched off, every ``FOR UPDATE`` / ``FOR SHARE`` read is a plain ``SELECT``, the
+straightforward port, and two conversations on one order or gift card race
+(:mod:`agentlab.domains.retail.concurrency`, the concurrency fault family).
 
 Money is integer cents. Where tau2 compares floats (``diff_price > 0``, ``balance < diff_price``) the
 port compares exact cents; tau2's float sum in ``modify_pending_order_items`` is not rounded and can
@@ -262,24 +275,39 @@ class TransferToHumanAgents(BaseModel):
 
 # --------------------------------------------------------------------------- SQL
 
-ORDER_FOR_UPDATE = "SELECT user_id, status FROM retail.orders WHERE order_id = %s FOR UPDATE"
-ORDER_ITEMS_FOR_UPDATE = ("SELECT position, item_id, product_id, price_cents, options FROM retail.order_items "
-                          "WHERE order_id = %s ORDER BY position FOR UPDATE")
+ORDER_READ = "SELECT user_id, status FROM retail.orders WHERE order_id = %s"
+ORDER_FOR_UPDATE = ORDER_READ + " FOR UPDATE"
+ORDER_ITEMS_READ = ("SELECT position, item_id, product_id, price_cents, options FROM retail.order_items "
+                    "WHERE order_id = %s ORDER BY position")
+ORDER_ITEMS_FOR_UPDATE = ORDER_ITEMS_READ + " FOR UPDATE"
 ORDER_ITEM_IDS = "SELECT item_id, product_id, price_cents FROM retail.order_items WHERE order_id = %s ORDER BY position"
 PAYMENTS = ("SELECT seq, transaction_type, amount_cents, payment_method_id FROM retail.payment_history "
             "WHERE order_id = %s ORDER BY seq")
 INSERT_PAYMENT = ("INSERT INTO retail.payment_history (order_id, seq, user_id, transaction_type, amount_cents, "
                   "payment_method_id) VALUES (%s, %s, %s, %s, %s, %s)")
-VARIANT_FOR_SHARE = ("SELECT available, price_cents, options FROM retail.variants "
-                     "WHERE product_id = %s AND item_id = %s FOR SHARE")
+VARIANT_READ = "SELECT available, price_cents, options FROM retail.variants WHERE product_id = %s AND item_id = %s"
+VARIANT_FOR_SHARE = VARIANT_READ + " FOR SHARE"
 PRODUCT_EXISTS = "SELECT 1 FROM retail.products WHERE product_id = %s"
 PAYMENT_METHOD = ("SELECT source, balance_cents FROM retail.payment_methods "
                   "WHERE user_id = %s AND payment_method_id = %s")
-PAYMENT_METHODS_FOR_UPDATE = ("SELECT payment_method_id, source, balance_cents FROM retail.payment_methods "
-                              "WHERE user_id = %s AND payment_method_id = ANY(%s) "
-                              "ORDER BY payment_method_id FOR UPDATE")
-ADD_TO_BALANCE = ("UPDATE retail.payment_methods SET balance_cents = balance_cents + %s "
-                  "WHERE payment_method_id = %s AND source = 'gift_card'")
+PAYMENT_METHODS_READ = ("SELECT payment_method_id, source, balance_cents FROM retail.payment_methods "
+                        "WHERE user_id = %s AND payment_method_id = ANY(%s) ORDER BY payment_method_id")
+PAYMENT_METHODS_FOR_UPDATE = PAYMENT_METHODS_READ + " FOR UPDATE"
+SET_BALANCE = ("UPDATE retail.payment_methods SET balance_cents = %s "
+               "WHERE payment_method_id = %s AND source = 'gift_card'")
+NEXT_SEQ = "SELECT coalesce(max(seq), -1) + 1 FROM retail.payment_history WHERE order_id = %s"
+SET_STATUS_CANCELLED = "UPDATE retail.orders SET status = 'cancelled', cancel_reason = %s WHERE order_id = %s"
+SET_STATUS_EXCHANGE = (
+    "UPDATE retail.orders SET status = 'exchange requested', exchange_items = %s, exchange_new_items = %s, "
+    "exchange_payment_method_id = %s, exchange_price_difference_cents = %s WHERE order_id = %s")
+SET_STATUS_RETURN = ("UPDATE retail.orders SET status = 'return requested', return_items = %s, "
+                     "return_payment_method_id = %s WHERE order_id = %s")
+SET_STATUS_ITEM_MODIFIED = "UPDATE retail.orders SET status = 'pending (item modified)' WHERE order_id = %s"
+USER_READ = "SELECT 1 FROM retail.users WHERE user_id = %s"
+USER_FOR_UPDATE = USER_READ + " FOR UPDATE"
+ACTS = (SET_BALANCE, NEXT_SEQ, SET_STATUS_CANCELLED, SET_STATUS_EXCHANGE, SET_STATUS_RETURN, SET_STATUS_ITEM_MODIFIED)
+"""Each write tool's first write (or the read that numbers its payment rows) goes through one of these:
+where two racing conversations meet (:mod:`agentlab.lab.concurrency`)."""
 SET_ORDER_ADDRESS = ("UPDATE retail.orders SET address1 = %s, address2 = %s, city = %s, state = %s, country = %s, "
                      "zip = %s WHERE order_id = %s")
 SET_USER_ADDRESS = ("UPDATE retail.users SET address1 = %s, address2 = %s, city = %s, state = %s, country = %s, "
@@ -296,24 +324,33 @@ async def _all(conn: psycopg.AsyncConnection, query: str, params: tuple) -> list
     return await cur.fetchall()
 
 
-async def _lock_order(conn, order_id: str) -> tuple[str, str]:
-    """``(user_id, status)`` of the order, its row locked ``FOR UPDATE``; NotFound when it does not exist."""
-    row = await _one(conn, ORDER_FOR_UPDATE, (order_id,))
+def _locks(ctx) -> bool:
+    """Whether the tools lock what they check (``ctx.safeguards.row_locks``; True when ``ctx`` has none)."""
+    sg = getattr(ctx, "safeguards", None)
+    return True if sg is None else bool(getattr(sg, "row_locks", True))
+
+
+async def _lock_order(conn, order_id: str, ctx=None) -> tuple[str, str]:
+    """``(user_id, status)`` of the order, its row locked ``FOR UPDATE`` (a plain read without row locks);
+    NotFound when it does not exist."""
+    row = await _one(conn, ORDER_FOR_UPDATE if _locks(ctx) else ORDER_READ, (order_id,))
     if row is None:
         raise NotFound("Order not found")
     return row
 
 
-async def _lock_payment_methods(conn, user_id: str, ids) -> dict[str, tuple[str, int | None]]:
-    """The user's payment methods among ``ids``, locked ``FOR UPDATE`` in id order: id -> (source, balance)."""
-    rows = await _all(conn, PAYMENT_METHODS_FOR_UPDATE, (user_id, sorted(set(ids))))
+async def _lock_payment_methods(conn, user_id: str, ids, ctx=None) -> dict[str, tuple[str, int | None]]:
+    """The user's payment methods among ``ids``, locked ``FOR UPDATE`` in id order (a plain read without
+    row locks): id -> (source, balance)."""
+    query = PAYMENT_METHODS_FOR_UPDATE if _locks(ctx) else PAYMENT_METHODS_READ
+    rows = await _all(conn, query, (user_id, sorted(set(ids))))
     return {pm_id: (source, balance) for pm_id, source, balance in rows}
 
 
-async def _payment_method(conn, user_id: str, pm_id: str, *, lock: bool) -> tuple[str, int | None]:
+async def _payment_method(conn, user_id: str, pm_id: str, *, lock: bool, ctx=None) -> tuple[str, int | None]:
     """``(source, balance_cents)`` of the user's payment method; NotFound when the user has no such method."""
     if lock:
-        found = (await _lock_payment_methods(conn, user_id, [pm_id])).get(pm_id)
+        found = (await _lock_payment_methods(conn, user_id, [pm_id], ctx)).get(pm_id)
     else:
         found = await _one(conn, PAYMENT_METHOD, (user_id, pm_id))
     if found is None:
@@ -321,9 +358,10 @@ async def _payment_method(conn, user_id: str, pm_id: str, *, lock: bool) -> tupl
     return tuple(found)
 
 
-async def _variant(conn, product_id: str, item_id: str) -> tuple[bool, int, dict]:
-    """``(available, price_cents, options)`` of the product's variant, ``FOR SHARE``; tau2's _get_variant."""
-    row = await _one(conn, VARIANT_FOR_SHARE, (product_id, item_id))
+async def _variant(conn, product_id: str, item_id: str, ctx=None) -> tuple[bool, int, dict]:
+    """``(available, price_cents, options)`` of the product's variant, ``FOR SHARE`` (a plain read without row
+    locks); tau2's _get_variant."""
+    row = await _one(conn, VARIANT_FOR_SHARE if _locks(ctx) else VARIANT_READ, (product_id, item_id))
     if row is None:
         if await _one(conn, PRODUCT_EXISTS, (product_id,)) is None:
             raise NotFound("Product not found")
@@ -340,8 +378,7 @@ def _count_check(item_ids: list[str], order_item_ids: list[str], message: Callab
 
 async def _append_payments(conn, order_id: str, user_id: str, entries: list[tuple[str, int, str]]) -> None:
     """Append ``(transaction_type, amount_cents, payment_method_id)`` rows to the order's payment history."""
-    rows = await _all(conn, "SELECT coalesce(max(seq), -1) + 1 FROM retail.payment_history WHERE order_id = %s",
-                      (order_id,))
+    rows = await _all(conn, NEXT_SEQ, (order_id,))
     seq = rows[0][0]
     async with conn.cursor() as cur:
         await cur.executemany(INSERT_PAYMENT, [(order_id, seq + i, user_id, kind, amount, pm)
@@ -464,13 +501,13 @@ async def transfer_to_human_agents(conn, args, ctx) -> str:
 
 async def cancel_pending_order(conn, args, ctx) -> dict:
     order_id, reason = args["order_id"], args["reason"]
-    user_id, status = await _lock_order(conn, order_id)
+    user_id, status = await _lock_order(conn, order_id, ctx)
     if status != "pending":
         raise ToolError("Non-pending order cannot be cancelled", Category.BUSINESS_RULE)
-    if reason not in CANCEL_REASONS:
-        raise ToolError("Invalid reason", Category.INVALID_ARGUMENTS)
+    # the reason is the schema's to check: the CHECK orders_cancel_reason_valid refuses any but tau2's two
+    # at the UPDATE below, and the translator words it as tau2 ("Invalid reason", retail's error hints)
     payments = await _all(conn, PAYMENTS, (order_id,))
-    methods = await _lock_payment_methods(conn, user_id, [p[3] for p in payments])
+    methods = await _lock_payment_methods(conn, user_id, [p[3] for p in payments], ctx)
     # tau2 refunds every entry of the history (a refund entry too) and credits gift cards at once
     refunds, credit = [], {}
     for _seq, _kind, amount, pm_id in payments:
@@ -480,9 +517,8 @@ async def cancel_pending_order(conn, args, ctx) -> dict:
         if methods[pm_id][0] == "gift_card":
             credit[pm_id] = credit.get(pm_id, 0) + amount
     for pm_id in sorted(credit):
-        await conn.execute(ADD_TO_BALANCE, (credit[pm_id], pm_id))
-    await conn.execute("UPDATE retail.orders SET status = 'cancelled', cancel_reason = %s WHERE order_id = %s",
-                       (reason, order_id))
+        await conn.execute(SET_BALANCE, (methods[pm_id][1] + credit[pm_id], pm_id))
+    await conn.execute(SET_STATUS_CANCELLED, (reason, order_id))
     await _append_payments(conn, order_id, user_id, refunds)
     return await fetch_order(conn, order_id)
 
@@ -490,7 +526,7 @@ async def cancel_pending_order(conn, args, ctx) -> dict:
 async def exchange_delivered_order_items(conn, args, ctx) -> dict:
     order_id, item_ids, new_item_ids = args["order_id"], list(args["item_ids"]), list(args["new_item_ids"])
     pm_id = args["payment_method_id"]
-    user_id, status = await _lock_order(conn, order_id)
+    user_id, status = await _lock_order(conn, order_id, ctx)
     if status != "delivered":
         raise ToolError("Non-delivered order cannot be exchanged", Category.BUSINESS_RULE)
     items = await _all(conn, ORDER_ITEM_IDS, (order_id,))
@@ -502,23 +538,22 @@ async def exchange_delivered_order_items(conn, args, ctx) -> dict:
         item = next((i for i in items if i[0] == item_id), None)
         if item is None:
             raise NotFound(f"Item {item_id} not found")
-        available, new_price, _options = await _variant(conn, item[1], new_item_id)
+        available, new_price, _options = await _variant(conn, item[1], new_item_id, ctx)
         if not available:
             raise ToolError(f"New item {new_item_id} not found or available", Category.BUSINESS_RULE)
         diff += new_price - item[2]
-    source, balance = await _payment_method(conn, user_id, pm_id, lock=True)
+    # a payment method the user does not have is the schema's to refuse: the FOREIGN KEY
+    # orders_exchange_payment_method_owned at the UPDATE below ("Payment method not found", as tau2)
+    source, balance = (await _lock_payment_methods(conn, user_id, [pm_id], ctx)).get(pm_id, (None, None))
     if source == "gift_card" and balance < diff:
         raise ToolError("Insufficient gift card balance to pay for the price difference", Category.BUSINESS_RULE)
-    await conn.execute(
-        "UPDATE retail.orders SET status = 'exchange requested', exchange_items = %s, exchange_new_items = %s, "
-        "exchange_payment_method_id = %s, exchange_price_difference_cents = %s WHERE order_id = %s",
-        (sorted(item_ids), sorted(new_item_ids), pm_id, diff, order_id))
+    await conn.execute(SET_STATUS_EXCHANGE, (sorted(item_ids), sorted(new_item_ids), pm_id, diff, order_id))
     return await fetch_order(conn, order_id)
 
 
 async def modify_pending_order_address(conn, args, ctx) -> dict:
     order_id = args["order_id"]
-    _user_id, status = await _lock_order(conn, order_id)
+    _user_id, status = await _lock_order(conn, order_id, ctx)
     if "pending" not in status:  # tau2's _is_pending_order: 'pending (item modified)' too
         raise ToolError("Non-pending order cannot be modified", Category.BUSINESS_RULE)
     await conn.execute(SET_ORDER_ADDRESS, (args["address1"], args["address2"], args["city"], args["state"],
@@ -534,11 +569,12 @@ def _last_variant_bug(ctx) -> bool:
 async def modify_pending_order_items(conn, args, ctx) -> dict:
     order_id, item_ids, new_item_ids = args["order_id"], list(args["item_ids"]), list(args["new_item_ids"])
     pm_id = args["payment_method_id"]
-    user_id, status = await _lock_order(conn, order_id)
+    user_id, status = await _lock_order(conn, order_id, ctx)
     if status != "pending":
         raise ToolError("Non-pending order cannot be modified", Category.BUSINESS_RULE)
     # the order's items as tau2 holds them: [position, item_id, product_id, price_cents, options]
-    items = [list(row) for row in await _all(conn, ORDER_ITEMS_FOR_UPDATE, (order_id,))]
+    items = [list(row) for row in await _all(conn, ORDER_ITEMS_FOR_UPDATE if _locks(ctx) else ORDER_ITEMS_READ,
+                                               (order_id,))]
     _count_check(item_ids, [i[1] for i in items], lambda item_id: f"{item_id} not found")
     if len(item_ids) != len(new_item_ids):
         raise ToolError("The number of items to be exchanged should match", Category.INVALID_ARGUMENTS)
@@ -549,17 +585,17 @@ async def modify_pending_order_items(conn, args, ctx) -> dict:
         item = next((i for i in items if i[1] == item_id), None)
         if item is None:
             raise NotFound(f"Item {item_id} not found")
-        available, new_price, options = await _variant(conn, item[2], new_item_id)
+        available, new_price, options = await _variant(conn, item[2], new_item_id, ctx)
         if not available:
             raise ToolError(f"New item {new_item_id} not found or available", Category.BUSINESS_RULE)
         diff += new_price - item[3]
         variants.append((new_price, options))
-    source, balance = await _payment_method(conn, user_id, pm_id, lock=True)
+    source, balance = await _payment_method(conn, user_id, pm_id, lock=True, ctx=ctx)
     if source == "gift_card" and balance < diff:
         raise ToolError("Insufficient gift card balance to pay for the new item", Category.BUSINESS_RULE)
     await _append_payments(conn, order_id, user_id, [("payment" if diff > 0 else "refund", abs(diff), pm_id)])
     if source == "gift_card":
-        await conn.execute(ADD_TO_BALANCE, (-diff, pm_id))
+        await conn.execute(SET_BALANCE, (balance - diff, pm_id))
     bug = _last_variant_bug(ctx)
     changed: dict[int, list] = {}
     for (item_id, new_item_id), own in zip(zip(item_ids, new_item_ids), variants):
@@ -574,13 +610,13 @@ async def modify_pending_order_items(conn, args, ctx) -> dict:
             "UPDATE retail.order_items SET item_id = %s, price_cents = %s, options = %s "
             "WHERE order_id = %s AND position = %s",
             [(i[1], i[3], Jsonb(i[4]), order_id, i[0]) for i in changed.values()])
-    await conn.execute("UPDATE retail.orders SET status = 'pending (item modified)' WHERE order_id = %s", (order_id,))
+    await conn.execute(SET_STATUS_ITEM_MODIFIED, (order_id,))
     return await fetch_order(conn, order_id)
 
 
 async def modify_pending_order_payment(conn, args, ctx) -> dict:
     order_id, pm_id = args["order_id"], args["payment_method_id"]
-    user_id, status = await _lock_order(conn, order_id)
+    user_id, status = await _lock_order(conn, order_id, ctx)
     if "pending" not in status:
         raise ToolError("Non-pending order cannot be modified", Category.BUSINESS_RULE)
     await _payment_method(conn, user_id, pm_id, lock=False)  # NotFound first, as tau2
@@ -591,7 +627,7 @@ async def modify_pending_order_payment(conn, args, ctx) -> dict:
     if old_pm == pm_id:
         raise ToolError("The new payment method should be different from the current one",
                         Category.INVALID_ARGUMENTS)
-    methods = await _lock_payment_methods(conn, user_id, [pm_id, old_pm])
+    methods = await _lock_payment_methods(conn, user_id, [pm_id, old_pm], ctx)
     if old_pm not in methods:
         raise NotFound("Payment method not found")
     source, balance = methods[pm_id]
@@ -599,15 +635,15 @@ async def modify_pending_order_payment(conn, args, ctx) -> dict:
         raise ToolError("Insufficient gift card balance to pay for the order", Category.BUSINESS_RULE)
     await _append_payments(conn, order_id, user_id, [("payment", amount, pm_id), ("refund", amount, old_pm)])
     if source == "gift_card":
-        await conn.execute(ADD_TO_BALANCE, (-amount, pm_id))
+        await conn.execute(SET_BALANCE, (balance - amount, pm_id))
     if methods[old_pm][0] == "gift_card":
-        await conn.execute(ADD_TO_BALANCE, (amount, old_pm))
+        await conn.execute(SET_BALANCE, (methods[old_pm][1] + amount, old_pm))
     return await fetch_order(conn, order_id)
 
 
 async def modify_user_address(conn, args, ctx) -> dict:
     user_id = args["user_id"]
-    if await _one(conn, "SELECT 1 FROM retail.users WHERE user_id = %s FOR UPDATE", (user_id,)) is None:
+    if await _one(conn, USER_FOR_UPDATE if _locks(ctx) else USER_READ, (user_id,)) is None:
         raise NotFound("User not found")
     await conn.execute(SET_USER_ADDRESS, (args["address1"], args["address2"], args["city"], args["state"],
                                           args["country"], args["zip"], user_id))
@@ -616,17 +652,16 @@ async def modify_user_address(conn, args, ctx) -> dict:
 
 async def return_delivered_order_items(conn, args, ctx) -> dict:
     order_id, item_ids, pm_id = args["order_id"], list(args["item_ids"]), args["payment_method_id"]
-    user_id, status = await _lock_order(conn, order_id)
+    user_id, status = await _lock_order(conn, order_id, ctx)
     if status != "delivered":
         raise ToolError("Non-delivered order cannot be returned", Category.BUSINESS_RULE)
-    source, _balance = await _payment_method(conn, user_id, pm_id, lock=True)
+    source, _balance = await _payment_method(conn, user_id, pm_id, lock=True, ctx=ctx)
     payments = await _all(conn, PAYMENTS, (order_id,))
     if source != "gift_card" and (not payments or pm_id != payments[0][3]):
         raise ToolError("Payment method should be the original payment method", Category.BUSINESS_RULE)
     items = await _all(conn, ORDER_ITEM_IDS, (order_id,))
     _count_check(item_ids, [i[0] for i in items], lambda _item_id: "Some item not found")
-    await conn.execute("UPDATE retail.orders SET status = 'return requested', return_items = %s, "
-                       "return_payment_method_id = %s WHERE order_id = %s", (sorted(item_ids), pm_id, order_id))
+    await conn.execute(SET_STATUS_RETURN, (sorted(item_ids), pm_id, order_id))
     return await fetch_order(conn, order_id)
 
 
