@@ -1,34 +1,116 @@
 """Shared fixtures: every test gets its own fresh database on the server in use.
 
 The server is ``DATABASE_URL`` when set, else the embedded one (see ``agentlab.runtime.db``). Databases are
-created from the migrated template (tens of milliseconds) and dropped after the test.
+created from the migrated template and dropped after the test. A drop waits for a checkpoint (PostgreSQL
+forces one per DROP DATABASE: a second or more on a busy machine) and a copy of the template (about 9 MB)
+takes a fraction of one, so each worker process makes the next test's database on a background thread
+while the current test runs, and drops finished ones on others: a test still gets a database no one
+has used, made from the template, and never waits for a drop. Every database made this way is dropped
+before the session ends.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from agentlab.runtime import db
 from agentlab.runtime.harness import Harness
+
+DROP_THREADS = 8  # drops that wait for checkpoints at the same time share them
+
+
+class FreshDatabases:
+    """Fresh databases for one worker process: the next one is made on a background thread while a test
+    runs, and finished ones are dropped on others (a drop waits for a checkpoint, so a create must not
+    queue behind it; drops waiting together are served by one checkpoint). The threads read no environment and no module state: the server's URL and the
+    template's name are taken once, at the start of the session."""
+
+    def __init__(self, admin_url: str, template: str):
+        self.admin_url = admin_url
+        self.template = template
+        self.maker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="test-database-create")
+        self.dropper = ThreadPoolExecutor(max_workers=DROP_THREADS, thread_name_prefix="test-database-drop")
+        self.errors: list[BaseException] = []
+        self.next: Future = self.maker.submit(self._create)
+
+    def _create(self) -> str:
+        """Copy the template into a new ``agentlab_test_<random>`` (as :func:`db.create_database` does)."""
+        name = f"{db.DB_PREFIX}test_{secrets.token_hex(4)}"
+        with psycopg.connect(self.admin_url, autocommit=True, connect_timeout=db.CONNECT_TIMEOUT_S) as conn:
+            for attempt in range(20):
+                try:
+                    conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                        sql.Identifier(name), sql.Identifier(self.template)))
+                    break
+                except psycopg.errors.ObjectInUse:  # a session is attached to the template; retry
+                    time.sleep(0.05 * (attempt + 1))
+            else:
+                raise RuntimeError(f"template {self.template} stayed busy")
+        return db.with_dbname(self.admin_url, name)
+
+    def _drop(self, url: str) -> None:
+        try:
+            with psycopg.connect(self.admin_url, autocommit=True, connect_timeout=db.CONNECT_TIMEOUT_S) as conn:
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                    sql.Identifier(db.dbname_of(url))))
+        except psycopg.Error as exc:  # reported when the session ends
+            self.errors.append(exc)
+
+    def take(self) -> str:
+        """A database no test has used. Made ahead when that worked and it still exists (a rebuilt
+        template or another process's ``db clean`` may have removed it); else made now, by
+        :func:`db.create_database`, which also rebuilds a missing template."""
+        made, self.next = self.next, self.maker.submit(self._create)
+        try:
+            url = made.result()
+        except (psycopg.Error, RuntimeError):  # made now, below: its error, if any, is the one to see
+            url = None
+        if url is not None:
+            with db.admin_connection() as conn:
+                if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (db.dbname_of(url),)).fetchone():
+                    return url
+        return db.create_database("test")
+
+    def give_back(self, url: str) -> None:
+        self.dropper.submit(self._drop, url)
+
+    def close(self) -> None:
+        """Drop the database made ahead and wait for every drop; raise the first drop that failed."""
+        try:
+            self._drop(self.next.result())
+        except (psycopg.Error, RuntimeError) as exc:
+            self.errors.append(exc)
+        self.maker.shutdown(wait=True)
+        self.dropper.shutdown(wait=True)
+        if self.errors:
+            raise self.errors[0]
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _server():
     """Start (or reach) the server and build the template once per session; fail with one clear line."""
     try:
-        db.ensure_template()
+        template = db.ensure_template()
+        databases = FreshDatabases(db.server_url(), template)
     except db.DatabaseUnavailable as exc:
         pytest.exit(f"agentlab tests need a database: {exc}", returncode=2)
+    yield databases
+    databases.close()
 
 
 @pytest.fixture
-def database_url():
-    """Conninfo of a fresh database, dropped after the test."""
-    url = db.create_database("test")
+def database_url(_server):
+    """Conninfo of a fresh database (made from the template, used by no other test), dropped after the test."""
+    url = _server.take()
     yield url
-    db.drop_database(url)
+    _server.give_back(url)
 
 
 @pytest.fixture
