@@ -20,29 +20,20 @@ import asyncio
 
 import psycopg
 import pytest
-from langchain_core.messages import HumanMessage
 from pooler import pgbouncer
+from test_c18_two_runs_on_one_thread import CHAIN, play_two_runs
 
-from agentlab.core.graph import build_graph, run_config
 from agentlab.core.run_lock import (
     LeaseLost,
     ThreadBusy,
     acquire_lease,
-    invoke_with_lease,
     thread_lease,
 )
 from agentlab.core.safeguards import preset
 from agentlab.domains.billing.scenarios import get_scenario
 from agentlab.lab.batches import tool_calls
 from agentlab.runtime.harness import Harness
-from agentlab.sim.model import ScriptedChatModel
 
-CHAIN = """
-SELECT count(*), count(*) FILTER (WHERE parent_checkpoint_id IS NULL),
-       (SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM checkpoints
-         WHERE thread_id = %(t)s AND checkpoint_ns = '' GROUP BY parent_checkpoint_id) AS k)
-FROM checkpoints WHERE thread_id = %(t)s AND checkpoint_ns = ''
-"""
 ADVISORY_LOCKS = """
 SELECT count(*) FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
@@ -56,18 +47,7 @@ async def on_server(database_url: str, query: str, params=()) -> list[tuple]:
 
 
 async def two_runs_at_once(h: Harness, database_url: str, *, lease: bool, thread: str, wait_ms: int = 0):
-    sc, sg = get_scenario("refund"), preset("full")
-    ids = await h.create_customers(sc, sg)
-
-    async def run(seed: int):
-        graph = build_graph(ScriptedChatModel(script=sc.script(ids), seed=seed), h.node(sg), checkpointer=h.saver)
-        inputs, config = {"messages": [HumanMessage(sc.prompt)]}, run_config(thread, tenant_id=sc.tenant_id)
-        if lease:
-            return await invoke_with_lease(graph, h.pool, inputs, config, wait_ms=wait_ms, durability="sync")
-        return await graph.ainvoke(inputs, config, durability="sync")
-
-    results = await asyncio.gather(run(0), run(1), return_exceptions=True)
-    await h.worker.drain()
+    ids, results = await play_two_runs(h, lease=lease, thread=thread, wait_ms=wait_ms)
     cid = ids[0]
     (row,) = await on_server(database_url, f"""
         SELECT (SELECT credit_cents FROM customers WHERE id = {cid}),

@@ -33,7 +33,9 @@ FROM checkpoints WHERE thread_id = %(t)s AND checkpoint_ns = ''
 """
 
 
-async def _two_runs_at_once(h, *, lease: bool, thread: str, wait_ms: int = 0):
+async def play_two_runs(h, *, lease: bool, thread: str, wait_ms: int = 0) -> tuple[list[int], list]:
+    """The refund story twice at once on ``thread`` (models seeded 0 and 1), with or without the thread
+    lease; the outbox drained. Returns the customer ids and the two runs' results (or what they raised)."""
     sc, sg = get_scenario("refund"), preset("full")
     ids = await h.create_customers(sc, sg)
 
@@ -46,6 +48,11 @@ async def _two_runs_at_once(h, *, lease: bool, thread: str, wait_ms: int = 0):
 
     results = await asyncio.gather(run(0), run(1), return_exceptions=True)
     await h.worker.drain()
+    return ids, results
+
+
+async def _two_runs_at_once(h, *, lease: bool, thread: str, wait_ms: int = 0):
+    ids, results = await play_two_runs(h, lease=lease, thread=thread, wait_ms=wait_ms)
     cid = ids[0]
     state = {
         "credit": await scalar(h, "SELECT credit_cents FROM customers WHERE id = %s", (cid,)),

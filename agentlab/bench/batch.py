@@ -106,10 +106,52 @@ async def node_batch(node: TransactionalToolsNode, batch: BatchCalls) -> None:
         raise RuntimeError(f"bench batch not applied: {[r.content for r in result.results]}")
 
 
-async def plain_batch(pool, batch: BatchCalls, *, statement_timeout_ms: int = 2000, lock_timeout_ms: int = 300) -> None:
-    """The same batch in plain psycopg: exactly the statements the node sends, pipelined as it pipelines them."""
+async def _three_calls(conn, batch: BatchCalls, keys: list[str], call) -> None:
+    """The batch's three tool calls and their ledger rows, each inside ``call(conn, last=...)``: the async
+    context manager that makes one call a savepoint (pipelined by hand, or a nested ``conn.transaction()``)."""
     thread, c = batch.thread_id, batch.customer_id
     memo_args, credit_args, refund_args = batch.args
+    async with call(conn, last=False):
+        memo_id = (await (await conn.execute(CREATE_CREDIT_MEMO, (batch.reference, 1, "bench", c))).fetchone())[0]
+        memo = {"credit_memo_id": memo_id, "reference": batch.reference, "amount_cents": 1}
+        await conn.execute(LEDGER_INSERT, (keys[0], BATCH_TENANT, thread, batch.call_ids[0], 0, "CreateCreditMemo",
+                                           json.dumps(memo_args), json.dumps(memo), 1))
+    async with call(conn, last=False):
+        left = (await (await conn.execute(APPLY_CREDIT, (1, c))).fetchone())[0]
+        credit = {"customer_id": c, "applied_cents": 1, "remaining_credit_cents": left}
+        await conn.execute(LEDGER_INSERT, (keys[1], BATCH_TENANT, thread, batch.call_ids[1], 0, "ApplyCredit",
+                                           json.dumps(credit_args), json.dumps(credit), 1))
+    async with call(conn, last=True):
+        refund_id = (await (await conn.execute(CREATE_REFUND, (batch.reference, 1, c))).fetchone())[0]
+        dedupe = f"refund:{c}:{batch.reference}"
+        payload = {"customer_id": c, "refund_id": refund_id, "amount_cents": 1, "reference": batch.reference}
+        queued = await (await conn.execute(INSERT_OUTBOX, (REFUND_TOPIC, json.dumps(payload), dedupe,
+                                                           thread))).fetchone()
+        refund = {"refund_id": refund_id, "amount_cents": 1, "status": "queued" if queued else "already_queued"}
+        await conn.execute(LEDGER_INSERT, (keys[2], BATCH_TENANT, thread, batch.call_ids[2], 0, "QueueRefund",
+                                           json.dumps(refund_args), json.dumps(refund), 1))
+
+
+@contextlib.asynccontextmanager
+async def _pipelined_call(conn, *, last: bool):
+    """One call as the node sends it: SAVEPOINT goes with the call's first statement, the ledger row with
+    RELEASE in the pipeline's closing Sync, which carries COMMIT too after the ``last`` call."""
+    async with conn.pipeline():
+        await conn.execute(SAVEPOINT)
+        yield
+        await conn.execute(RELEASE)
+        if last:
+            await conn.execute(COMMIT)
+
+
+def _nested_transaction(conn, *, last: bool):
+    """One call as psycopg's documentation nests it: a ``conn.transaction()`` (a savepoint) inside the batch's."""
+    return conn.transaction()
+
+
+async def plain_batch(pool, batch: BatchCalls, *, statement_timeout_ms: int = 2000, lock_timeout_ms: int = 300) -> None:
+    """The same batch in plain psycopg: exactly the statements the node sends, pipelined as it pipelines them."""
+    thread = batch.thread_id
     keys = [idempotency_key(thread, cid, tenant_id=BATCH_TENANT) for cid in batch.call_ids]
     async with pool.connection() as conn:
         try:
@@ -121,35 +163,7 @@ async def plain_batch(pool, batch: BatchCalls, *, statement_timeout_ms: int = 20
                 lookup = await conn.execute(LEDGER_LOOKUP_WITH_ARGS, (keys,))
             await bind.fetchall()
             await lookup.fetchall()
-
-            async with conn.pipeline():  # SAVEPOINT goes with the first statement, the ledger row with RELEASE
-                await conn.execute(SAVEPOINT)
-                memo_id = (await (await conn.execute(CREATE_CREDIT_MEMO, (batch.reference, 1, "bench", c))).fetchone())[0]
-                memo = {"credit_memo_id": memo_id, "reference": batch.reference, "amount_cents": 1}
-                await conn.execute(LEDGER_INSERT, (keys[0], BATCH_TENANT, thread, batch.call_ids[0], 0,
-                                                   "CreateCreditMemo", json.dumps(memo_args), json.dumps(memo), 1))
-                await conn.execute(RELEASE)
-
-            async with conn.pipeline():
-                await conn.execute(SAVEPOINT)
-                left = (await (await conn.execute(APPLY_CREDIT, (1, c))).fetchone())[0]
-                credit = {"customer_id": c, "applied_cents": 1, "remaining_credit_cents": left}
-                await conn.execute(LEDGER_INSERT, (keys[1], BATCH_TENANT, thread, batch.call_ids[1], 0, "ApplyCredit",
-                                                   json.dumps(credit_args), json.dumps(credit), 1))
-                await conn.execute(RELEASE)
-
-            async with conn.pipeline():  # the last call's Sync carries COMMIT too
-                await conn.execute(SAVEPOINT)
-                refund_id = (await (await conn.execute(CREATE_REFUND, (batch.reference, 1, c))).fetchone())[0]
-                dedupe = f"refund:{c}:{batch.reference}"
-                payload = {"customer_id": c, "refund_id": refund_id, "amount_cents": 1, "reference": batch.reference}
-                queued = await (await conn.execute(INSERT_OUTBOX, (REFUND_TOPIC, json.dumps(payload), dedupe,
-                                                                   thread))).fetchone()
-                refund = {"refund_id": refund_id, "amount_cents": 1, "status": "queued" if queued else "already_queued"}
-                await conn.execute(LEDGER_INSERT, (keys[2], BATCH_TENANT, thread, batch.call_ids[2], 0, "QueueRefund",
-                                                   json.dumps(refund_args), json.dumps(refund), 1))
-                await conn.execute(RELEASE)
-                await conn.execute(COMMIT)
+            await _three_calls(conn, batch, keys, _pipelined_call)
         except BaseException:
             if not conn.closed:
                 await conn.execute("ROLLBACK")
@@ -160,33 +174,14 @@ async def naive_batch(pool, batch: BatchCalls, *, statement_timeout_ms: int = 20
     """The same statements written the way psycopg's documentation nests transactions: an outer
     ``conn.transaction()`` and one nested ``conn.transaction()`` (a savepoint) per call, every statement
     waiting for its answer (:data:`NAIVE_ROUND_TRIPS` round trips, against the node's :data:`NODE_ROUND_TRIPS`)."""
-    thread, c = batch.thread_id, batch.customer_id
-    memo_args, credit_args, refund_args = batch.args
+    thread = batch.thread_id
     keys = [idempotency_key(thread, cid, tenant_id=BATCH_TENANT) for cid in batch.call_ids]
     async with pool.connection() as conn, conn.transaction():
         await conn.execute(PRELUDE, (AGENT_ROLE, BATCH_TENANT, f"{statement_timeout_ms}ms", f"{lock_timeout_ms}ms",
                                      thread))
         await (await conn.execute(BIND_THREAD_TENANT, {"thread": thread, "tenant": BATCH_TENANT})).fetchall()
         await (await conn.execute(LEDGER_LOOKUP_WITH_ARGS, (keys,))).fetchall()
-        async with conn.transaction():
-            memo_id = (await (await conn.execute(CREATE_CREDIT_MEMO, (batch.reference, 1, "bench", c))).fetchone())[0]
-            memo = {"credit_memo_id": memo_id, "reference": batch.reference, "amount_cents": 1}
-            await conn.execute(LEDGER_INSERT, (keys[0], BATCH_TENANT, thread, batch.call_ids[0], 0, "CreateCreditMemo",
-                                               json.dumps(memo_args), json.dumps(memo), 1))
-        async with conn.transaction():
-            left = (await (await conn.execute(APPLY_CREDIT, (1, c))).fetchone())[0]
-            credit = {"customer_id": c, "applied_cents": 1, "remaining_credit_cents": left}
-            await conn.execute(LEDGER_INSERT, (keys[1], BATCH_TENANT, thread, batch.call_ids[1], 0, "ApplyCredit",
-                                               json.dumps(credit_args), json.dumps(credit), 1))
-        async with conn.transaction():
-            refund_id = (await (await conn.execute(CREATE_REFUND, (batch.reference, 1, c))).fetchone())[0]
-            dedupe = f"refund:{c}:{batch.reference}"
-            payload = {"customer_id": c, "refund_id": refund_id, "amount_cents": 1, "reference": batch.reference}
-            queued = await (await conn.execute(INSERT_OUTBOX, (REFUND_TOPIC, json.dumps(payload), dedupe,
-                                                               thread))).fetchone()
-            refund = {"refund_id": refund_id, "amount_cents": 1, "status": "queued" if queued else "already_queued"}
-            await conn.execute(LEDGER_INSERT, (keys[2], BATCH_TENANT, thread, batch.call_ids[2], 0, "QueueRefund",
-                                               json.dumps(refund_args), json.dumps(refund), 1))
+        await _three_calls(conn, batch, keys, _nested_transaction)
 
 
 # --------------------------------------------------------------------------- what was sent
