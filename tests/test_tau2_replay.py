@@ -23,7 +23,14 @@ from agentlab.domains.retail import DOMAIN, DOMAIN_FIXED
 from agentlab.domains.retail.domain import LAST_VARIANT_BUG_TASKS
 from agentlab.domains.retail.export import export_state
 from agentlab.lab.faults import slow_shot
-from agentlab.lab.tau2 import ORDER_SHOT_PREFIX, Tau2Worker, get_fault, render, run_task, run_tau2
+from agentlab.lab.tau2 import (
+    ORDER_SHOT_PREFIX,
+    Tau2Worker,
+    get_fault,
+    render,
+    run_task,
+    run_tau2,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ["3", "30", "44"]  # modify items (credit card), cancel (gift card), modify items (gift card)

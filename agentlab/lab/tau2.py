@@ -58,7 +58,15 @@ from agentlab.domains.retail.export import canonical_hash
 from agentlab.domains.retail.load import read_expected_hashes
 from agentlab.domains.retail.reset import OpeningPieces, reset_state
 from agentlab.lab.faults import FAULTS as CATALOG
-from agentlab.lab.faults import POLL_S, TERMINATE, Fault, SlowStatement, _finish, one_shot_sql, slow_shot
+from agentlab.lab.faults import (
+    POLL_S,
+    TERMINATE,
+    Fault,
+    SlowStatement,
+    _finish,
+    one_shot_sql,
+    slow_shot,
+)
 from agentlab.lab.runner import Lab
 from agentlab.runtime.db import template_name
 from agentlab.runtime.harness import Harness
