@@ -48,7 +48,7 @@ def test_retail_is_a_domain_of_16_tools_and_114_one_call_turns():
     sc = DOMAIN.scenarios["tau2-20"]
     assert sc.intended["call_ids"][0] == "tau2-20-20_0" and len(sc.intended["call_ids"]) == len(sc.steps)
     assert [i.kind for i in DOMAIN.invariants] == ["gift_card_balance", "order_payments", "order_status_transition",
-                                                   "item_matches_variant"]
+                                                   "item_matches_variant", "paid_twice"]
 
 
 async def test_each_golden_action_is_one_turn_with_its_tau2_call_id():
