@@ -84,7 +84,6 @@ FULL = Mode("full", 5, 300, 40, 2, 5, WORKSHOP_EPISODES, CONCURRENCY_LEVELS, WOR
 NETWORK_RTTS_MS = (0.0, 0.2, 0.5, 1.0, 2.0)
 NETWORK_GOAL_RTT_MS = 1.0
 NETWORK_WARM_ROUNDS = 10  # per RTT, on a new pool: connections, then prepared statements (after 5 uses)
-NETWORK_PINGS = 50  # SELECT 1 round trips measured per RTT
 
 
 def network_figure(rtt_ms: float, what: str) -> str:
@@ -245,7 +244,7 @@ def _batch_sides(pool, toolset, source) -> dict:
 
 
 async def _time_sides(sides: dict, *, repeats: int, batches: int, warm_rounds: int):
-    """Time ``sides`` (from :func:`_batch_sides`) after ``warm_rounds`` rounds of one batch each (pool
+    """Time ``sides`` (name: a no-argument coroutine function, e.g. :func:`_batch_sides`) after ``warm_rounds`` rounds of one batch each (pool
     connections, prepared statements, caches): per repeat, ``batches`` batches per side taking turns one by
     one in a rotating order, so a busy moment hits every side. Returns ``(wall, cpu)``: per side, one value
     per repeat, the median wall milliseconds of a batch and the mean milliseconds of this process's CPU."""
@@ -308,24 +307,13 @@ def network_2x_from(report: Report) -> float | None:
     return next((r for r in NETWORK_RTTS_MS if (ratios.get(network_figure(r, "naive_vs_node")) or 0) >= 2.0), None)
 
 
-async def _select1_ms(pool, n: int = NETWORK_PINGS) -> float:
-    """The median milliseconds of ``SELECT 1`` on one of ``pool``'s connections: its measured round trip."""
-    async with pool.connection() as conn:
-        for _ in range(5):
-            await conn.execute("SELECT 1")
-        out = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            await (await conn.execute("SELECT 1")).fetchone()
-            out.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(out)
-
-
 async def bench_network(report: Report) -> None:
     """The batch's three sides (:func:`_batch_sides`, as ``batch`` times them) on the real server behind a
     TCP delay line (:mod:`agentlab.bench.delay_line`) at each round-trip time of :data:`NETWORK_RTTS_MS`
-    (half of it added each way; 0 is the server's own URL, no line), with the ``SELECT 1`` round trip each
-    measured (what a client sees: the RTT asked for, the line's two hops and the machine's wake-ups)."""
+    (half of it added each way; 0 is the server's own URL, no line), and a ``SELECT 1`` on a connection of
+    its own taking turns with them: the round trip measured there, under the same load (the RTT asked for,
+    plus the line's two hops and the machine's wake-ups)."""
+    import psycopg
     from psycopg_pool import AsyncConnectionPool
 
     from agentlab.bench.batch import BatchSource, create_bench_customer
@@ -337,23 +325,21 @@ async def bench_network(report: Report) -> None:
         source = BatchSource(await create_bench_customer(h.pool), thread_id="bench-network")
         target = url_target(h.url)
         for rtt_ms in NETWORK_RTTS_MS:
-            with contextlib.ExitStack() as lines:
+            async with contextlib.AsyncExitStack() as stack:
                 url = h.url
                 if rtt_ms > 0:
-                    url = through(h.url, *lines.enter_context(delay_line(*target, one_way_delay_ms=rtt_ms / 2)))
+                    url = through(h.url, *stack.enter_context(delay_line(*target, one_way_delay_ms=rtt_ms / 2)))
                 pool = AsyncConnectionPool(url, min_size=1, max_size=4, open=False, kwargs={"autocommit": True})
                 await pool.open(wait=True, timeout=30)
-                try:
-                    times, _ = await _time_sides(_batch_sides(pool, h.toolset, source), repeats=m.repeats,
-                                                 batches=m.network_batches, warm_rounds=NETWORK_WARM_ROUNDS)
-                    ping_ms = await _select1_ms(pool)
-                finally:
-                    await pool.close()
+                stack.push_async_callback(pool.close)
+                ping = await stack.enter_async_context(await psycopg.AsyncConnection.connect(url, autocommit=True))
+                sides = {**_batch_sides(pool, h.toolset, source), "select1": lambda: ping.execute("SELECT 1")}
+                times, _ = await _time_sides(sides, repeats=m.repeats, batches=m.network_batches,
+                                             warm_rounds=NETWORK_WARM_ROUNDS)
             for side in times:
                 report.add(network_figure(rtt_ms, f"{side}_ms"), times[side])
-            report.add(network_figure(rtt_ms, "select1_ms"), ping_ms)
             med = {side: statistics.median(v) for side, v in times.items()}
-            _say(f"  RTT {rtt_ms:g} ms{' (direct)' if rtt_ms == 0 else ''}: SELECT 1 {ping_ms:.3f} ms; node "
+            _say(f"  RTT {rtt_ms:g} ms{' (direct)' if rtt_ms == 0 else ''}: SELECT 1 {med['select1']:.3f} ms; node "
                  f"{med['node']:.2f} ms, plain {med['plain']:.2f} ms, naive {med['naive']:.2f} ms; naive/node "
                  f"{med['naive'] / med['node']:.2f}")
         first = network_2x_from(report)
