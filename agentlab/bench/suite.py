@@ -244,10 +244,11 @@ def _batch_sides(pool, toolset, source) -> dict:
 
 
 async def _time_sides(sides: dict, *, repeats: int, batches: int, warm_rounds: int):
-    """Time ``sides`` (name: a no-argument coroutine function, e.g. :func:`_batch_sides`) after ``warm_rounds`` rounds of one batch each (pool
-    connections, prepared statements, caches): per repeat, ``batches`` batches per side taking turns one by
-    one in a rotating order, so a busy moment hits every side. Returns ``(wall, cpu)``: per side, one value
-    per repeat, the median wall milliseconds of a batch and the mean milliseconds of this process's CPU."""
+    """Time ``sides`` (name -> a no-argument coroutine function, as :func:`_batch_sides` makes) after
+    ``warm_rounds`` rounds of one call each (pool connections, prepared statements, caches): per repeat,
+    ``batches`` calls per side taking turns one by one in a rotating order, so a busy moment hits every side.
+    Returns ``(wall, cpu)``: per side, one value per repeat, the median wall milliseconds of a call and the
+    mean milliseconds of this process's CPU."""
     for _ in range(warm_rounds):
         for run in sides.values():
             await run()
