@@ -75,7 +75,7 @@ class Mode:
     network_batches: int  # per repeat, side and round-trip time, behind the delay line
 
 
-QUICK = Mode("quick", 3, 100, 12, 1, 0, 3, (32,), 1, (1, 8), 20)
+QUICK = Mode("quick", 3, 100, 12, 1, 0, 3, (32,), 1, (1, 8), 10)
 FULL = Mode("full", 5, 300, 40, 2, 5, WORKSHOP_EPISODES, CONCURRENCY_LEVELS, WORKSHOP_EPISODES, (1, 20, 60), 60)
 
 # The ``network`` section: round-trip times (ms) a delay line adds in front of the server (0: the server's own
