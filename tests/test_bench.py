@@ -10,7 +10,7 @@ import sys
 
 from agentlab.domains.billing.tools import TOOLS
 from agentlab.runtime import db
-from agentlab.bench.suite import FIGURES, GOALS, RATIOS, TAU2_FIGURES
+from agentlab.bench.suite import FIGURES, GOALS, NETWORK_RTTS_MS, RATIOS, TAU2_FIGURES, network_figure
 from agentlab.bench.batch import (NAIVE_ROUND_TRIPS, NODE_ROUND_TRIPS, BatchSource, create_bench_customer, naive_batch,
                                   node_batch, plain_batch, traced_statements)
 from agentlab.core.events import EventLog
@@ -33,6 +33,13 @@ def test_bench_quick_json_reports_every_named_figure_and_ratio():
     assert set(out["goals"]) == set(GOALS)
     assert all(g["met"] in (True, False) for n, g in out["goals"].items() if GOALS[n][0] not in TAU2_FIGURES)
     assert out["notes"]["same_sql"] is True
+    # behind the delay line every round trip takes at least the RTT asked for: lower bounds the delay forces
+    assert out["notes"]["network"]["rtts_ms"] == list(NETWORK_RTTS_MS)
+    for rtt_ms in NETWORK_RTTS_MS[1:]:
+        fig = out["figures"]
+        assert fig[network_figure(rtt_ms, "select1_ms")]["min"] >= rtt_ms
+        assert fig[network_figure(rtt_ms, "node_ms")]["min"] >= NODE_ROUND_TRIPS * rtt_ms
+        assert fig[network_figure(rtt_ms, "naive_ms")]["min"] >= NAIVE_ROUND_TRIPS * rtt_ms
     assert out["machine"]["cpus"] >= 1 and out["mode"] == "quick"
     assert "bench:" in proc.stderr  # progress goes to stderr, the JSON alone to stdout
     # every database the bench made for a section was dropped with it

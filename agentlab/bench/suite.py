@@ -5,7 +5,11 @@ Figures (medians over repeats, with their spread; the names are :data:`FIGURES`)
 - the tools node's batch against plain psycopg sending exactly the same SQL, pipelined the same way, and
   against the naive nested-transaction pattern (the same statements, one round trip each), with the
   round trips each sent and this process's CPU per batch (:mod:`agentlab.bench.batch`);
-- the full-safety episode against the same graph with no-op tools, on the Postgres checkpointer with
+- the same three batches behind a network's round trip: the real server behind a TCP delay line
+  (:mod:`agentlab.bench.delay_line`) at each RTT of :data:`NETWORK_RTTS_MS`, with the ``SELECT 1`` round trip
+  measured there, and the smallest RTT at which the naive pattern takes twice the node's time;
+- the full-safety episode against the same graph with no-op tools and with plain-SQL tools (the full node's
+  statements for the batch sent from plain psycopg: what the SQL alone costs), on the Postgres checkpointer with
   durability ``sync``, ``async`` and ``exit``, and on LangGraph's in-memory saver (:mod:`agentlab.bench.episodes`);
 - the workshop experiment (:data:`WORKSHOP_PRESETS` x :data:`WORKSHOP_FAULTS`) in episodes per second at
   concurrency 1 and at the best of :data:`CONCURRENCY_LEVELS` (in worker processes: :mod:`agentlab.lab.parallel`),
@@ -30,6 +34,7 @@ Sources: PostgreSQL docs "synchronous_commit"; Python docs "resource.getrusage".
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -68,16 +73,31 @@ class Mode:
     levels: tuple[int, ...]
     matrix_episodes: int  # per chaos-matrix cell, at the best level
     retention_turns: tuple[int, ...]
+    network_batches: int  # per repeat, side and round-trip time, behind the delay line
 
 
-QUICK = Mode("quick", 3, 100, 12, 1, 0, 3, (32,), 1, (1, 8))
-FULL = Mode("full", 5, 300, 40, 2, 5, WORKSHOP_EPISODES, CONCURRENCY_LEVELS, WORKSHOP_EPISODES, (1, 20, 60))
+QUICK = Mode("quick", 3, 100, 12, 1, 0, 3, (32,), 1, (1, 8), 10)
+FULL = Mode("full", 5, 300, 40, 2, 5, WORKSHOP_EPISODES, CONCURRENCY_LEVELS, WORKSHOP_EPISODES, (1, 20, 60), 60)
+
+# The ``network`` section: round-trip times (ms) a delay line adds in front of the server (0: the server's own
+# URL, no line): docker on a laptop, a LAN, a cloud database in the same region take 0.2 to 2 ms. The goal is
+# read at NETWORK_GOAL_RTT_MS, the middle of that range.
+NETWORK_RTTS_MS = (0.0, 0.2, 0.5, 1.0, 2.0)
+NETWORK_GOAL_RTT_MS = 1.0
+NETWORK_WARM_ROUNDS = 10  # per RTT, on a new pool: connections, then prepared statements (after 5 uses)
+
+
+def network_figure(rtt_ms: float, what: str) -> str:
+    """The name of a ``network`` figure or ratio: ``network_rtt_<microseconds>us_<what>``."""
+    return f"network_rtt_{round(rtt_ms * 1000)}us_{what}"
+
 
 FIGURES: dict[str, str] = {  # name -> unit
     "node_batch_ms": "ms", "plain_batch_ms": "ms", "naive_batch_ms": "ms", "batch_round_trips": "round trips",
     "naive_batch_round_trips": "round trips",
     **{f"{side}_batch_cpu_ms": "ms" for side in ("node", "plain", "naive")},
-    **{f"episode_{k}_{s}_per_s": "episodes/s" for s in ("sync", "async", "exit", "memory") for k in ("full", "noop")},
+    **{f"episode_{k}_{s}_per_s": "episodes/s" for s in ("sync", "async", "exit", "memory")
+       for k in ("full", "noop", "plainsql")},
     "workshop_c1_per_s": "episodes/s", "workshop_best_per_s": "episodes/s", "workshop_best_concurrency": "episodes",
     "workshop_best_workers": "processes", "workshop_lab_cpu_ms_per_episode": "ms",
     "workshop_two_core_ceiling_per_s": "episodes/s", "chaos_matrix_per_s": "episodes/s",
@@ -85,6 +105,8 @@ FIGURES: dict[str, str] = {  # name -> unit
     "checkpoint_bytes_per_super_step": "B", "checkpoint_bytes_per_super_step_after_retention": "B",
     "peak_rss_mb": "MB", "peak_rss_child_mb": "MB",
     "tau2_114_full_none_s": "s", "tau2_114_cpu_s": "s", "tau2_114_server_cpu_s": "s", "tau2_table_s": "s",
+    **{network_figure(r, f"{what}_ms"): "ms" for r in NETWORK_RTTS_MS
+       for what in ("node", "plain", "naive", "select1")},
 }
 RATIOS: dict[str, tuple[str, str]] = {  # name -> (numerator, denominator)
     "node_vs_plain": ("node_batch_ms", "plain_batch_ms"),
@@ -92,11 +114,20 @@ RATIOS: dict[str, tuple[str, str]] = {  # name -> (numerator, denominator)
     "naive_vs_node_cpu": ("naive_batch_cpu_ms", "node_batch_cpu_ms"),  # this process's CPU, less moved by load
     **{f"full_vs_noop_{s}": (f"episode_full_{s}_per_s", f"episode_noop_{s}_per_s")
        for s in ("sync", "async", "exit", "memory")},
+    # the kit's own code (full / the same SQL from plain psycopg) and the SQL's own cost (plain SQL / no-op)
+    **{f"full_vs_plainsql_{s}": (f"episode_full_{s}_per_s", f"episode_plainsql_{s}_per_s")
+       for s in ("sync", "async", "exit", "memory")},
+    **{f"plainsql_vs_noop_{s}": (f"episode_plainsql_{s}_per_s", f"episode_noop_{s}_per_s")
+       for s in ("sync", "async", "exit", "memory")},
     "workshop_best_vs_c1": ("workshop_best_per_s", "workshop_c1_per_s"),
+    **{network_figure(r, f"{a}_vs_{b}"): (network_figure(r, f"{a}_ms"), network_figure(r, f"{b}_ms"))
+       for r in NETWORK_RTTS_MS for a, b in (("naive", "node"), ("node", "plain"))},
 }
 GOALS: dict[str, tuple[str, str, float]] = {  # name -> (figure or ratio, comparison, target)
     "node_within_1.15x_of_plain": ("node_vs_plain", "<=", 1.15),
     "node_2x_faster_than_naive": ("naive_vs_node", ">=", 2.0),
+    f"node_2x_faster_than_naive_at_{NETWORK_GOAL_RTT_MS:g}ms_rtt": (
+        network_figure(NETWORK_GOAL_RTT_MS, "naive_vs_node"), ">=", 2.0),
     "full_at_least_85pct_of_noop": ("full_vs_noop_async", ">=", 0.85),
     "workshop_at_least_120_per_s": ("workshop_best_per_s", ">=", 120.0),
     "warm_start_under_2_s": ("server_warm_start_s", "<", 2.0),
@@ -205,6 +236,48 @@ async def _fresh_harness(purpose: str):
     return h
 
 
+def _batch_sides(pool, toolset, source) -> dict:
+    """The bench's three sides on ``pool``, each a no-argument coroutine function running one fresh batch of
+    ``source``: ``node`` (the tools node under ``full``, events logged, not stored), ``plain`` (plain psycopg,
+    the same SQL pipelined the same way) and ``naive`` (the same statements in nested transactions)."""
+    from agentlab.bench.batch import naive_batch, node_batch, plain_batch
+    from agentlab.core.events import EventLog
+    from agentlab.core.tools_node import TransactionalToolsNode
+    from agentlab.core.safeguards import preset
+
+    node = TransactionalToolsNode(pool, preset("full"), toolset=toolset, events=EventLog(None))
+    return {"node": lambda: node_batch(node, source.next()), "plain": lambda: plain_batch(pool, source.next()),
+            "naive": lambda: naive_batch(pool, source.next())}
+
+
+async def _time_sides(sides: dict, *, repeats: int, batches: int, warm_rounds: int):
+    """Time ``sides`` (name -> a no-argument coroutine function, as :func:`_batch_sides` makes) after
+    ``warm_rounds`` rounds of one call each (pool connections, prepared statements, caches): per repeat,
+    ``batches`` calls per side taking turns one by one in a rotating order, so a busy moment hits every side.
+    Returns ``(wall, cpu)``: per side, one value per repeat, the median wall milliseconds of a call and the
+    mean milliseconds of this process's CPU."""
+    for _ in range(warm_rounds):
+        for run in sides.values():
+            await run()
+    order = tuple(sides)
+    n = len(order)
+    times: dict[str, list[float]] = {side: [] for side in sides}
+    cpus: dict[str, list[float]] = {side: [] for side in sides}
+    for _ in range(repeats):
+        per: dict[str, list[float]] = {side: [] for side in sides}
+        cpu: dict[str, list[float]] = {side: [] for side in sides}
+        for i in range(batches):
+            for side in order[i % n:] + order[:i % n]:
+                t0, c0 = time.perf_counter(), time.process_time()
+                await sides[side]()
+                per[side].append((time.perf_counter() - t0) * 1000)
+                cpu[side].append((time.process_time() - c0) * 1000)
+        for side in per:
+            times[side].append(statistics.median(per[side]))
+            cpus[side].append(statistics.mean(cpu[side]))  # CPU adds up: the mean per batch
+    return times, cpus
+
+
 async def bench_batch(report: Report) -> None:
     """The node's batch against plain psycopg on the same SQL and against the naive nested transactions,
     interleaved repeats on one database."""
@@ -217,7 +290,6 @@ async def bench_batch(report: Report) -> None:
     m = report.mode
     h = await _fresh_harness("bench_batch")
     try:
-        node = TransactionalToolsNode(h.pool, preset("full"), toolset=h.toolset, events=EventLog(None))
         source = BatchSource(await create_bench_customer(h.pool))
         sent_node = await traced_statements(h.url, lambda pool: node_batch(
             TransactionalToolsNode(pool, preset("full"), toolset=h.toolset, events=EventLog(None)), source.next()))
@@ -227,43 +299,77 @@ async def bench_batch(report: Report) -> None:
         report.notes["batch_statements"] = len(sent_node.statements)
         report.add("batch_round_trips", sent_node.round_trips)
         report.add("naive_batch_round_trips", sent_naive.round_trips)
-        sides = {"node": lambda: node_batch(node, source.next()), "plain": lambda: plain_batch(h.pool, source.next()),
-                 "naive": lambda: naive_batch(h.pool, source.next())}
-        for _ in range(30):  # warm: pool connections, prepared statements, caches
-            for run in sides.values():
-                await run()
-        order = tuple(sides)
-        times: dict[str, list[float]] = {side: [] for side in sides}
-        cpus: dict[str, list[float]] = {side: [] for side in sides}
-        for _ in range(m.repeats):  # batches take turns one by one, so a busy moment hits every side
-            per: dict[str, list[float]] = {side: [] for side in sides}
-            cpu: dict[str, list[float]] = {side: [] for side in sides}
-            for i in range(m.batches):
-                for side in order[i % 3:] + order[:i % 3]:
-                    t0, c0 = time.perf_counter(), time.process_time()
-                    await sides[side]()
-                    per[side].append((time.perf_counter() - t0) * 1000)
-                    cpu[side].append((time.process_time() - c0) * 1000)
-            for side in per:
-                times[side].append(statistics.median(per[side]))
-                cpus[side].append(statistics.mean(cpu[side]))  # CPU adds up: the mean per batch
-        for side in sides:
+        times, cpus = await _time_sides(_batch_sides(h.pool, h.toolset, source), repeats=m.repeats,
+                                        batches=m.batches, warm_rounds=30)
+        for side in times:
             report.add(f"{side}_batch_ms", times[side])
             report.add(f"{side}_batch_cpu_ms", cpus[side])
     finally:
         await h.close()
 
 
+def network_2x_from(report: Report) -> float | None:
+    """The smallest RTT of :data:`NETWORK_RTTS_MS` (ms, as asked of the delay line) at which naive/node was
+    2 or more, or None when none reached it (or the section did not run)."""
+    ratios = report.ratios()
+    return next((r for r in NETWORK_RTTS_MS if (ratios.get(network_figure(r, "naive_vs_node")) or 0) >= 2.0), None)
+
+
+async def bench_network(report: Report) -> None:
+    """The batch's three sides (:func:`_batch_sides`, as ``batch`` times them) on the real server behind a
+    TCP delay line (:mod:`agentlab.bench.delay_line`) at each round-trip time of :data:`NETWORK_RTTS_MS`
+    (half of it added each way; 0 is the server's own URL, no line), and a ``SELECT 1`` on a connection of
+    its own taking turns with them: the round trip measured there, under the same load (the RTT asked for,
+    plus the line's two hops and the machine's wake-ups)."""
+    import psycopg
+    from psycopg_pool import AsyncConnectionPool
+
+    from agentlab.bench.batch import BatchSource, create_bench_customer
+    from agentlab.bench.delay_line import delay_line, through, url_target
+
+    m = report.mode
+    h = await _fresh_harness("bench_network")
+    try:
+        source = BatchSource(await create_bench_customer(h.pool), thread_id="bench-network")
+        target = url_target(h.url)
+        for rtt_ms in NETWORK_RTTS_MS:
+            async with contextlib.AsyncExitStack() as stack:
+                url = h.url
+                if rtt_ms > 0:
+                    url = through(h.url, *stack.enter_context(delay_line(*target, one_way_delay_ms=rtt_ms / 2)))
+                pool = AsyncConnectionPool(url, min_size=1, max_size=4, open=False, kwargs={"autocommit": True})
+                await pool.open(wait=True, timeout=30)
+                stack.push_async_callback(pool.close)
+                ping = await stack.enter_async_context(await psycopg.AsyncConnection.connect(url, autocommit=True))
+                sides = {**_batch_sides(pool, h.toolset, source), "select1": lambda: ping.execute("SELECT 1")}
+                times, _ = await _time_sides(sides, repeats=m.repeats, batches=m.network_batches,
+                                             warm_rounds=NETWORK_WARM_ROUNDS)
+            for side in times:
+                report.add(network_figure(rtt_ms, f"{side}_ms"), times[side])
+            med = {side: statistics.median(v) for side, v in times.items()}
+            _say(f"  RTT {rtt_ms:g} ms{' (direct)' if rtt_ms == 0 else ''}: SELECT 1 {med['select1']:.3f} ms; node "
+                 f"{med['node']:.2f} ms, plain {med['plain']:.2f} ms, naive {med['naive']:.2f} ms; naive/node "
+                 f"{med['naive'] / med['node']:.2f}")
+        first = network_2x_from(report)
+        report.notes["network"] = {
+            "rtts_ms": list(NETWORK_RTTS_MS), "batches_per_repeat": m.network_batches,
+            "target": ("the server's own URL at 0; else a TCP delay line on 127.0.0.1 forwarding to it"
+                       + (" (its Unix-domain socket)" if target[0].startswith("/") else "")),
+            "naive_vs_node_2x_from_rtt_ms": first}
+    finally:
+        await h.close()
+
+
 async def bench_episodes(report: Report) -> None:
     """Full-safety against no-op tools, per checkpointer and durability."""
-    from agentlab.bench.episodes import SAVERS, EpisodeBench
+    from agentlab.bench.episodes import KINDS, SAVERS, EpisodeBench
 
     m = report.mode
     h = await _fresh_harness("bench_episodes")
     try:
         bench = EpisodeBench(h)
         for saver in SAVERS:  # warm every graph and pool once
-            for kind in ("full", "noop"):
+            for kind in KINDS:
                 await bench.rate(kind, saver, 3)
         rates = await bench.rates(m.episodes, m.repeats)
         for (kind, saver), values in rates.items():
@@ -420,7 +526,7 @@ def bench_memory(report: Report) -> None:
     report.add("peak_rss_child_mb", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / scale)
 
 
-SECTIONS = ("batch", "episodes", "workshop", "server", "checkpoints", "tau2")
+SECTIONS = ("batch", "network", "episodes", "workshop", "server", "checkpoints", "tau2")
 QUICK_SECTIONS = SECTIONS[:-1]  # --quick leaves tau2 out (a minute or more); --quick --only tau2 measures it
 TAU2_FIGURES = ("tau2_114_full_none_s", "tau2_114_cpu_s", "tau2_114_server_cpu_s", "tau2_table_s")
 
@@ -429,6 +535,7 @@ async def run_bench(mode: Mode = QUICK, sections: tuple[str, ...] = SECTIONS) ->
     """Measure ``sections`` (all by default) in ``mode``; return the report. Progress goes to stderr."""
     report = Report(mode)
     steps = {"batch": ("the tools node's batch against plain psycopg", bench_batch),
+             "network": ("the same batches behind a TCP delay line, per round-trip time", bench_network),
              "episodes": ("full-safety episodes against no-op tools, per checkpointer", bench_episodes),
              "workshop": ("the workshop experiment, at concurrency 1 and the best level", bench_workshop),
              "server": ("the embedded server's cold, warm and attach start", bench_server),
@@ -457,9 +564,16 @@ ROWS = (  # the text table: (label, figure, ratio beside it)
     ("  this process's CPU: node (ms)", "node_batch_cpu_ms", None),
     ("  plain psycopg (ms)", "plain_batch_cpu_ms", None),
     ("  naive nested transactions (ms)", "naive_batch_cpu_ms", "naive_vs_node_cpu"),
+    *(row for r in NETWORK_RTTS_MS for row in (
+        (f"RTT {r:g} ms{' (direct)' if r == 0 else ''}: SELECT 1 (ms)", network_figure(r, "select1_ms"), None),
+        ("  node batch (ms)", network_figure(r, "node_ms"), network_figure(r, "node_vs_plain")),
+        ("  plain psycopg (ms)", network_figure(r, "plain_ms"), None),
+        ("  naive nested transactions (ms)", network_figure(r, "naive_ms"), network_figure(r, "naive_vs_node")))),
     *((f"episode/s, {s}: full safety", f"episode_full_{s}_per_s", f"full_vs_noop_{s}") for s in
       ("sync", "async", "exit", "memory")),
     *((f"episode/s, {s}: no-op tools", f"episode_noop_{s}_per_s", None) for s in ("sync", "async", "exit", "memory")),
+    *((f"episode/s, {s}: plain-SQL tools", f"episode_plainsql_{s}_per_s",
+       f"plainsql_vs_noop_{s}") for s in ("sync", "async", "exit", "memory")),
     ("workshop episodes/s, concurrency 1", "workshop_c1_per_s", None),
     ("workshop episodes/s, best level", "workshop_best_per_s", "workshop_best_vs_c1"),
     ("workshop lab CPU per episode (ms)", "workshop_lab_cpu_ms_per_episode", None),
@@ -499,14 +613,26 @@ def render(report: Report) -> str:
                      f"{int(fig['workshop_best_workers']['median'])} worker process(es), "
                      f"{fig['workshop_lab_cpu_ms_per_episode']['median']} ms of the lab's CPU per episode: two cores "
                      f"running the lab alone top out at {fig['workshop_two_core_ceiling_per_s']['median']} episodes/s)")
+    kit = [f"{s} {ratios[f'full_vs_plainsql_{s}']:.3f}" for s in ("sync", "async", "exit", "memory")
+           if ratios.get(f"full_vs_plainsql_{s}") is not None]
+    if kit:
+        lines.append(f"(full safety / the full node's SQL from plain psycopg, episodes/s: {', '.join(kit)}: the kit's "
+                     "own code; plain SQL / no-op tools is what the statements cost)")
     if "same_sql" in d["notes"]:
         lines.append(f"(node and plain psycopg sent the same SQL: {d['notes']['same_sql']}, "
                      f"{int(fig['batch_round_trips']['median'])} round trips per batch; the naive nested "
                      f"transactions {int(fig['naive_batch_round_trips']['median'])})")
+    if "network" in d["notes"]:
+        first, rtts = d["notes"]["network"]["naive_vs_node_2x_from_rtt_ms"], d["notes"]["network"]["rtts_ms"]
+        ping = fig.get(network_figure(first, "select1_ms"), {}).get("median") if first is not None else None
+        asked = ", ".join(f"{r:g}" for r in rtts)
+        lines.append(f"(behind the delay line, naive/node first reached 2 at RTT {first:g} ms: SELECT 1 measured "
+                     f"{ping} ms there)" if first is not None else
+                     f"(behind the delay line, naive/node reached 2 at none of the RTTs {asked} ms)")
     lines += ["", "goals:"]
     for name, g in d["goals"].items():
         mark = "n/a" if g["met"] is None else ("met" if g["met"] else "MISSED")
-        lines.append(f"  {name:32} {str(g['value']):>10} (target {g['target']}): {mark}")
+        lines.append(f"  {name:38} {str(g['value']):>10} (target {g['target']}): {mark}")
     return "\n".join(lines)
 
 
