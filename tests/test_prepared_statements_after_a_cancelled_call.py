@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 
+import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from agentlab.core.prepared import forget_prepared
+from agentlab.core.run_lock import ThreadBusy, acquire_lease
 from agentlab.core.safeguards import preset
 from agentlab.core.tools_node import Outcome, TransactionalToolsNode
 from agentlab.core.toolspec import StrictArgs, Toolset, tool
@@ -181,3 +183,23 @@ async def test_forget_prepared_after_the_exact_psycopg_sequence(harness, one_con
         prepared = await (await conn.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement = %s",
                                              (query.replace("%s", "$1"),))).fetchone()
         assert prepared == (1,)
+
+
+async def test_a_lease_refused_by_nowait_leaves_the_next_acquisition_working(harness, one_connection):
+    """The same skip outside the tools node: the lease's acquisition is pipelined, and when its ``FOR UPDATE
+    NOWAIT`` is refused (55P03, a batch holds the row) the server skips its INSERT, on that INSERT's 6th
+    execution the one psycopg prepares. The next acquisition on the connection takes its lease."""
+    async with one_connection.connection() as conn:
+        await conn.execute("BEGIN")
+        await conn.execute("ROLLBACK")  # seen once before: the refusal's ROLLBACK does not clear psycopg's cache
+    for i in range(5):
+        await acquire_lease(one_connection, f"lease-{i}")
+    async with await psycopg.AsyncConnection.connect(harness.url, autocommit=True) as batch:
+        await batch.execute("BEGIN")
+        await batch.execute("SELECT 1 FROM runs.thread_leases WHERE thread_id = 'lease-0' FOR UPDATE")
+        with pytest.raises(ThreadBusy):
+            await acquire_lease(one_connection, "lease-0")
+        await batch.execute("ROLLBACK")
+    lease = await acquire_lease(one_connection, "lease-5")  # was InvalidSqlStatementName (26000)
+    assert await fetch(harness, "SELECT owner_token FROM runs.thread_leases WHERE thread_id = 'lease-5'") == [
+        (lease.owner_token,)]
