@@ -61,6 +61,7 @@ from dataclasses import dataclass
 import psycopg
 
 from agentlab.core.errors import AgentlabError
+from agentlab.core.prepared import forget_prepared
 
 RUN_TOKEN_KEY = "__agentlab_run_token"  # in config["configurable"]; "__" keeps it out of checkpoint metadata
 DEFAULT_TTL_MS = 60_000
@@ -167,6 +168,7 @@ async def _try_acquire(conn, params: dict) -> bool:
             cur = await conn.execute(ACQUIRE_LEASE, params)
             await conn.execute("COMMIT")
     except psycopg.errors.LockNotAvailable:
+        forget_prepared(conn)  # the server skipped the rest of the pipeline, a Parse psycopg counts as done included
         await conn.execute("ROLLBACK")
         return False
     return await cur.fetchone() is not None

@@ -67,6 +67,7 @@ from agentlab.core.messages import (
 )
 from agentlab.core.events import EventLog
 from agentlab.core.hooks import Hook, run_hooks
+from agentlab.core.prepared import forget_prepared
 from agentlab.core.safeguards import READ_COMMITTED, REPEATABLE_READ, SERIALIZABLE, Policy, Safeguards
 from agentlab.core.run_lock import DEFAULT_TTL_MS, RENEW_LEASE, RUN_TOKEN_KEY, LeaseLost
 from agentlab.core.schema import STRICT_SCHEMA
@@ -798,7 +799,10 @@ class TransactionalToolsNode:
 
 async def _rollback_quietly(conn) -> None:
     """End the batch's transaction after an exception (the exception is what the caller sees): ROLLBACK
-    when the connection is still in a transaction; a broken connection is discarded by the pool."""
+    when the connection is still in a transaction; a broken connection is discarded by the pool. A pipeline
+    may have failed or been cancelled: psycopg's prepared statements are forgotten first
+    (:func:`agentlab.core.prepared.forget_prepared`)."""
+    forget_prepared(conn)
     if conn.closed or conn.info.transaction_status not in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
         return
     try:
@@ -810,12 +814,19 @@ async def _rollback_quietly(conn) -> None:
 async def _undo_savepoint(conn) -> None:
     """ROLLBACK TO the call's savepoint and RELEASE it, pipelined (one round trip): the call is undone, the
     transaction usable again. A failure is logged (the call's own error is what the model is told) and
-    leaves the transaction aborted, so the later calls meet SQLSTATE 25P02; a lost connection is raised."""
+    leaves the transaction aborted, so the later calls meet SQLSTATE 25P02; a lost connection is raised.
+
+    The call's pipeline failed, so the server skipped its statements after the error, the Parse of any
+    statement psycopg was preparing there included: psycopg's prepared statements are forgotten first
+    (:func:`agentlab.core.prepared.forget_prepared`; its DEALLOCATE ALL goes in this round trip), and again
+    when this pipeline fails."""
+    forget_prepared(conn)
     try:
         async with conn.pipeline():
             await conn.execute(ROLLBACK_TO_SAVEPOINT)
             await conn.execute(RELEASE_SAVEPOINT)
     except Exception as exc:
+        forget_prepared(conn)
         if conn.broken or is_infrastructure(exc):
             raise
         log.warning("ROLLBACK TO the failed call's savepoint failed: %s", exc)
