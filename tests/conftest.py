@@ -7,6 +7,10 @@ takes a fraction of one, so each worker process makes the next test's database o
 while the current test runs, and drops finished ones on others: a test still gets a database no one
 has used, made from the template, and never waits for a drop. Every database made this way is dropped
 before the session ends.
+
+Under pytest-xdist (``-n auto --dist loadfile``, the project's options) the work is split finer than files
+(:class:`SplitScheduling`): each test is a unit of its own, except a notebook's cells and the tests of a file
+with a module-scoped fixture, which stay together on one worker; the longest units go out first.
 """
 
 from __future__ import annotations
@@ -24,6 +28,68 @@ from agentlab.runtime import db
 from agentlab.runtime.harness import Harness
 
 DROP_THREADS = 8  # drops that wait for checkpoints at the same time share them
+
+# Test files whose tests share a module-scoped fixture: each stays whole on one worker (tests/test_conftest.py
+# checks that this names every such file).
+WHOLE_FILES = frozenset({"tests/test_browser.py", "tests/test_chaos_interrupts.py", "tests/test_experiments.py",
+                         "tests/test_retail_port.py"})
+# Units that take longest (seconds measured with --durations on 2 cores), sent out first so that none of them
+# starts last and runs alone at the end. The order only moves the wall time, never a result; a unit missing
+# here runs in collection order after these.
+LONGEST_FIRST = (
+    "tests/test_rerun_safety.py::test_each_code_cell_run_twice_prints_what_it_stored[19_",  # 82 s
+    "tests/test_bench.py::test_bench_quick_json",  # 73 s
+    "tests/test_rerun_safety.py::test_each_code_cell_run_twice_prints_what_it_stored[18_",  # 34 s
+    "tests/test_yardstick.py::test_chaos_agent_prints_the_table",  # 31 s
+    "tests/test_rerun_safety.py::test_each_code_cell_run_twice_prints_what_it_stored[10_",  # 30 s
+    "tests/test_chaos_interrupts.py",  # 29 s, whole
+    "tests/test_experiments.py",  # 27 s, whole
+    "tests/test_retail_port.py",  # 25 s, whole
+    "tests/test_rerun_safety.py::test_each_code_cell_run_twice_prints_what_it_stored[17_",  # 25 s
+    "tests/test_rerun_safety.py::",  # 8 to 18 s each
+    "tests/test_yardstick.py::",
+    "tests/test_hostile.py::test_hostile_batches_through_the_full_node",  # 16 s
+    "tests/test_c14_notebooks_under_nbval.py::test_c14_a_notebook",  # 15 s
+    "tests/test_solutions.py::",
+)
+
+
+def _unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: the notebook or the file for those kept whole, else the test."""
+    path = nodeid.split("::", 1)[0]
+    return path if path.endswith(".ipynb") or path in WHOLE_FILES else nodeid
+
+
+def _rank(nodeid: str) -> int:
+    """Where ``nodeid``'s unit goes in the queue: its place in :data:`LONGEST_FIRST`, else after them."""
+    return next((n for n, prefix in enumerate(LONGEST_FIRST) if nodeid.startswith(prefix)), len(LONGEST_FIRST))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Put the longest units first (:data:`LONGEST_FIRST`); a unit's tests keep their order (a notebook's
+    cells run in order). Every worker collects and sorts the same way, so their collections agree."""
+    items.sort(key=lambda item: _rank(item.nodeid))  # stable: the order within a rank is kept
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``--dist loadfile``, :class:`SplitScheduling`; any other ``--dist`` keeps xdist's own."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SplitScheduling(LoadScopeScheduling):
+        """xdist's scope scheduling with a unit per test (:func:`_unit`), in collection order: a worker that
+        runs low gets the next unit, so no file of slow tests keeps one worker busy while the other idles."""
+
+        def __init__(self, config, log=None):
+            super().__init__(config, log)
+            config.option.loadscopereorder = False  # keep the collection's order: longest first
+
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+    return SplitScheduling(config, log)
 
 
 class FreshDatabases:

@@ -148,6 +148,20 @@ def test_the_guide_has_a_section_per_notebook_with_its_parts():
             assert part in section, (stem, part)
 
 
+def test_each_solutions_file_the_guide_names_comes_after_its_exercises_solution_call():
+    """The attendee's path first: every ``solutions/`` function the guide names is preceded, in the same
+    parenthesis, by ``await solution("N.M")`` of the exercise whose reference solution it is, and the
+    ``Exercise N.M`` the sentence assigns is that id."""
+    from agentlab.lab.exercises import get_exercise
+
+    named = re.findall(r'Exercise (\d+\.\d+)(?:(?!Exercise)[^(])*\(`await solution\("(\d+\.\d+)"[^`]*`;\s+instructor\'s\s+copy\s+'
+                       r"`solutions/(ex\d\d_\w+)\.py:(\w+)`", GUIDE)
+    assert len(named) == len(re.findall(r"`solutions/ex\d\d_\w+\.py:\w+`", GUIDE)) == 32
+    for assigned, called, module, function in named:
+        assert assigned == called, (assigned, called)
+        assert get_exercise(called).solution == f"solutions.{module}:{function}", (called, module, function)
+
+
 def test_the_exercises_the_guide_assigns_exist():
     """Every ``solutions/exNN_x.py`` function the guide names exists, and each notebook's exercise
     headings are assigned (core or stretch)."""

@@ -185,3 +185,55 @@ async def test_ex16_1_check_takes_the_notebooks_domain_and_a_silent_invariant_fa
     assert not await check("16.1", broken, domain=DOMAIN)
     out = capsys.readouterr().out
     assert out.startswith("FAILED: no_payout_without_its_intent(ctx) = ") and "raised KeyError: 'payouts'" in out
+
+
+async def test_a_case_that_hangs_is_stopped_after_timeout_s_with_its_transaction_rolled_back(capsys, monkeypatch):
+    """A learner's function that takes a row lock in a transaction and then waits forever (a sleep, then a
+    query that never ends): each case prints one FAILED line after ``timeout_s`` and the check ends. Read
+    just before each case's database is dropped (the drop would end any session itself): no session of
+    that database is left inside a transaction or running a query, and the learner's backends hold no lock."""
+    import asyncio
+    import time
+
+    from agentlab.runtime import db
+
+    backends: list[tuple[int, str]] = []  # (pid, database) of each case's learner connection
+    left: dict[str, list[tuple]] = {}  # database -> its sessions in a transaction or a query, at the drop
+    drop = db.drop_database
+
+    def drop_after_looking(url_or_name: str) -> None:
+        name = db.dbname_of(url_or_name)
+        with db.admin_connection() as conn:
+            left[name] = conn.execute(
+                "SELECT a.pid, a.state, (SELECT count(*) FROM pg_locks l WHERE l.pid = a.pid AND l.locktype <> 'virtualxid') "
+                "FROM pg_stat_activity a WHERE a.datname = %s AND (a.state IN ('active', 'idle in transaction', "
+                "'idle in transaction (aborted)') OR a.pid = ANY(%s))", (name, [p for p, _ in backends])).fetchall()
+        drop(url_or_name)
+
+    monkeypatch.setattr(db, "drop_database", drop_after_looking)
+
+    async def hangs(h, preset_name) -> dict:
+        async with h.pool.connection() as conn, conn.transaction():
+            await conn.execute("UPDATE customers SET credit_cents = credit_cents WHERE id = 1")  # a row lock, held
+            backends.append((conn.info.backend_pid, db.dbname_of(h.url)))
+            if preset_name == "naive":
+                await asyncio.sleep(3600)
+            await conn.execute("SELECT pg_sleep(3600)")  # a query the server runs until cancelled
+        return {}
+
+    t0 = time.perf_counter()
+    assert await asyncio.wait_for(check("2.1", hangs, timeout_s=0.5), 60) is False
+    assert time.perf_counter() - t0 < 30  # two cases of 0.5 s plus their databases, not an hour
+    out = capsys.readouterr().out.splitlines()
+    hint = ("it waits for something that never comes (a lock another transaction holds, an await that never returns, "
+            "a loop with no end); its transaction was rolled back and its connection given back. "
+            "`timeout_s=None` lifts the limit")
+    assert out == [f"FAILED: duplicate_refund(h, '{p}') took longer than 0.5 s and was stopped; hint: {hint}"
+                   for p in ("naive", "constraints")]
+    assert [name for _, name in backends] == list(left) and len(set(left)) == 2  # both cases reached their lock
+    for pid, name in backends:
+        assert [r for r in left[name] if r[1] != "idle" or r[2]] == [], (pid, left[name])  # none held or running
+    with db.admin_connection() as conn:  # and the databases are gone
+        assert conn.execute("SELECT count(*) FROM pg_database WHERE datname = ANY(%s)", (list(left),)).fetchone()[0] == 0
+    with pytest.raises(ValueError, match="timeout_s is a number of seconds"):
+        await check("2.1", hangs, timeout_s=0)

@@ -22,7 +22,15 @@ from agentlab.core.safeguards import preset
 from agentlab.domains.retail import DOMAIN, DOMAIN_FIXED
 from agentlab.domains.retail.domain import LAST_VARIANT_BUG_TASKS
 from agentlab.domains.retail.export import export_state
-from agentlab.lab.tau2 import Tau2Worker, render, run_task, run_tau2
+from agentlab.lab.faults import slow_shot
+from agentlab.lab.tau2 import (
+    ORDER_SHOT_PREFIX,
+    Tau2Worker,
+    get_fault,
+    render,
+    run_task,
+    run_tau2,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ["3", "30", "44"]  # modify items (credit card), cancel (gift card), modify items (gift card)
@@ -40,7 +48,7 @@ def test_retail_is_a_domain_of_16_tools_and_114_one_call_turns():
     sc = DOMAIN.scenarios["tau2-20"]
     assert sc.intended["call_ids"][0] == "tau2-20-20_0" and len(sc.intended["call_ids"]) == len(sc.steps)
     assert [i.kind for i in DOMAIN.invariants] == ["gift_card_balance", "order_payments", "order_status_transition",
-                                                   "item_matches_variant"]
+                                                   "item_matches_variant", "paid_twice"]
 
 
 async def test_each_golden_action_is_one_turn_with_its_tau2_call_id():
@@ -85,6 +93,36 @@ async def test_a_slow_order_write_past_the_statement_timeout_is_retried_and_the_
         assert run.notes["slow_order"] == "#W2692684" and run.notes["slow_statement_seen"], run.notes
         assert run.matches and run.violations == [] and not run.escalated
     assert result.table()[0]["matched"] == result.table()[1]["matched"] == 1
+
+
+async def test_the_slow_order_write_waits_once_per_order_and_its_retry_commits_while_the_fault_is_armed():
+    fault = get_fault("statement_timeout")
+    orders = ("#W1006327", "#W5918442")  # two pending orders armed at once: each meets its own one shot
+    async with Tau2Worker() as worker:
+        await fault.install(worker.harness.pool)
+        async with await psycopg.AsyncConnection.connect(worker.harness.url, autocommit=True) as conn:
+            for order in orders:
+                await conn.execute(slow_shot(order, prefix=ORDER_SHOT_PREFIX))
+                await conn.execute("INSERT INTO public.chaos_slow_orders VALUES (%s)", (order,))
+            await conn.execute("SET statement_timeout = '300ms'")
+            cancel = ("UPDATE retail.orders SET status = 'cancelled', cancel_reason = 'ordered by mistake' "
+                      "WHERE order_id = %s AND status = 'pending'")
+            for order in orders:
+                with pytest.raises(psycopg.errors.QueryCanceled):  # the first write waits past the timeout
+                    await conn.execute(cancel, (order,))
+                assert (await (await conn.execute("SELECT cancel_reason FROM retail.orders WHERE order_id = %s",
+                                                  (order,))).fetchone())[0] is None  # cancelled: rolled back
+                await conn.execute(cancel, (order,))  # the retry, the fault still armed: runs at once
+            cur = await conn.execute("SELECT order_id, cancel_reason FROM retail.orders WHERE order_id = ANY(%s) "
+                                     "ORDER BY 1", (list(orders),))
+            assert await cur.fetchall() == [(o, "ordered by mistake") for o in sorted(orders)]
+            cur = await conn.execute("SELECT order_id FROM public.chaos_slow_orders ORDER BY 1")
+            assert [r[0] for r in await cur.fetchall()] == sorted(orders)  # still armed
+            for order in orders:  # two statements counted on each order's sequence; only the first waited
+                seq = f'public."{ORDER_SHOT_PREFIX}{order}"'
+                assert (await (await conn.execute(f"SELECT last_value FROM {seq}")).fetchone())[0] == 2
+            waiting = await conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 4244")
+            assert (await waiting.fetchone())[0] == 0  # no write of either order is held now
 
 
 async def test_golden_actions_tau2_refuses_are_refused_with_no_effect():

@@ -1,10 +1,15 @@
-"""Episode rates for the bench: the full-safety graph against the same graph with no-op tools.
+"""Episode rates for the bench: the full-safety graph against the same graph with no-op tools, and with
+tools that send the full node's SQL from plain psycopg.
 
-Both graphs are the kit's graph (:func:`agentlab.core.graph.build_graph`: agent, tools, agent, with the
+The graphs are the kit's graph (:func:`agentlab.core.graph.build_graph`: agent, tools, agent, with the
 retry policy, the orphan repair and the node events), compiled once, with the scripted model routed
 per thread as in the lab. They differ only in the tools node: :class:`agentlab.core.tools_node.TransactionalToolsNode`
-under the ``full`` preset, or :class:`NoOpToolsNode`, which answers every call as applied without a
-statement. An episode is the refund story without its hallucination (one batch of three calls, then
+under the ``full`` preset, :class:`NoOpToolsNode`, which answers every call as applied without a
+statement, or :class:`PlainSQLToolsNode`, which sends the statements the full node sends for the batch
+(:func:`agentlab.bench.batch.plain_batch`) and nothing else: no validation, translation, events or
+ToolMessage building of the kit's. It is the bound on what the full node could reach with this SQL: the
+full episode over the plain-SQL one is the cost of the kit's own code, the plain-SQL one over the no-op
+one what the statements themselves cost. An episode is the refund story without its hallucination (one batch of three calls, then
 the closing answer): three super-steps. Its customer is created before the clock starts.
 
 Checkpointers: the Postgres saver (``AsyncPostgresSaver`` on the harness's checkpointer pool) with
@@ -23,6 +28,7 @@ from collections.abc import Sequence
 
 from langchain_core.messages import HumanMessage
 
+from agentlab.bench.batch import BatchCalls, plain_batch
 from agentlab.core.graph import build_graph, run_config
 from agentlab.lab.runner import _ModelRouter
 from agentlab.sim.model import ScriptedChatModel
@@ -32,7 +38,7 @@ from agentlab.domains.billing.scenarios import get_scenario
 
 DURABILITIES = ("sync", "async", "exit")
 SAVERS = (*DURABILITIES, "memory")  # "memory": InMemorySaver (durability async)
-KINDS = ("full", "noop")
+KINDS = ("full", "noop", "plainsql")
 NOOP_RESULT = '{"ok":true}'
 CREATE_CUSTOMERS = """
 INSERT INTO customers (tenant_id, name, credit_cents)
@@ -49,6 +55,23 @@ class NoOpToolsNode(TransactionalToolsNode):
         results = [CallResult(i, str(c.get("id")), str(c.get("name")), Outcome.APPLIED, NOOP_RESULT, result={})
                    for i, c in enumerate(tool_calls)]
         return BatchResult(results, False, attempt)
+
+
+class PlainSQLToolsNode(NoOpToolsNode):
+    """A tools node that sends the refund batch's SQL exactly as the full node sends it, from plain psycopg
+    (:func:`agentlab.bench.batch.plain_batch`: the same statements, pipelined the same way, one cent where
+    the script asks for more), then answers every call as applied, as :class:`NoOpToolsNode` does.
+
+    Raises:
+        KeyError: the batch is not the refund story's three calls (the bench only plays that one).
+    """
+
+    async def run_batch(self, tool_calls, *, thread_id: str, tenant_id: str | None = None, attempt: int = 1,
+                        final_attempt: bool = False, **kwargs) -> BatchResult:
+        memo = next(c for c in tool_calls if c.get("name") == "CreateCreditMemo")["args"]
+        await plain_batch(self.pool, BatchCalls(thread_id, int(memo["customer_id"]), str(memo["reference"]),
+                                                tuple(str(c.get("id")) for c in tool_calls)))
+        return await super().run_batch(tool_calls, thread_id=thread_id, tenant_id=tenant_id, attempt=attempt)
 
 
 class EpisodeBench:
@@ -68,7 +91,8 @@ class EpisodeBench:
         sg = preset("full")
         nodes = {"full": TransactionalToolsNode(h.pool, sg, toolset=h.toolset, provider=h.provider, events=h.events,
                                                error_hints=h.domain.error_hints),
-                 "noop": NoOpToolsNode(h.pool, sg, toolset=h.toolset, provider=h.provider, events=h.events)}
+                 "noop": NoOpToolsNode(h.pool, sg, toolset=h.toolset, provider=h.provider, events=h.events),
+                 "plainsql": PlainSQLToolsNode(h.pool, sg, toolset=h.toolset, provider=h.provider, events=h.events)}
         router = _ModelRouter(self.models)
         self.graphs = {}
         for kind, node in nodes.items():

@@ -8,7 +8,8 @@ Figures (medians over repeats, with their spread; the names are :data:`FIGURES`)
 - the same three batches behind a network's round trip: the real server behind a TCP delay line
   (:mod:`agentlab.bench.delay_line`) at each RTT of :data:`NETWORK_RTTS_MS`, with the ``SELECT 1`` round trip
   measured there, and the smallest RTT at which the naive pattern takes twice the node's time;
-- the full-safety episode against the same graph with no-op tools, on the Postgres checkpointer with
+- the full-safety episode against the same graph with no-op tools and with plain-SQL tools (the full node's
+  statements for the batch sent from plain psycopg: what the SQL alone costs), on the Postgres checkpointer with
   durability ``sync``, ``async`` and ``exit``, and on LangGraph's in-memory saver (:mod:`agentlab.bench.episodes`);
 - the workshop experiment (:data:`WORKSHOP_PRESETS` x :data:`WORKSHOP_FAULTS`) in episodes per second at
   concurrency 1 and at the best of :data:`CONCURRENCY_LEVELS` (in worker processes: :mod:`agentlab.lab.parallel`),
@@ -95,7 +96,8 @@ FIGURES: dict[str, str] = {  # name -> unit
     "node_batch_ms": "ms", "plain_batch_ms": "ms", "naive_batch_ms": "ms", "batch_round_trips": "round trips",
     "naive_batch_round_trips": "round trips",
     **{f"{side}_batch_cpu_ms": "ms" for side in ("node", "plain", "naive")},
-    **{f"episode_{k}_{s}_per_s": "episodes/s" for s in ("sync", "async", "exit", "memory") for k in ("full", "noop")},
+    **{f"episode_{k}_{s}_per_s": "episodes/s" for s in ("sync", "async", "exit", "memory")
+       for k in ("full", "noop", "plainsql")},
     "workshop_c1_per_s": "episodes/s", "workshop_best_per_s": "episodes/s", "workshop_best_concurrency": "episodes",
     "workshop_best_workers": "processes", "workshop_lab_cpu_ms_per_episode": "ms",
     "workshop_two_core_ceiling_per_s": "episodes/s", "chaos_matrix_per_s": "episodes/s",
@@ -111,6 +113,11 @@ RATIOS: dict[str, tuple[str, str]] = {  # name -> (numerator, denominator)
     "naive_vs_node": ("naive_batch_ms", "node_batch_ms"),  # how many times faster the node is
     "naive_vs_node_cpu": ("naive_batch_cpu_ms", "node_batch_cpu_ms"),  # this process's CPU, less moved by load
     **{f"full_vs_noop_{s}": (f"episode_full_{s}_per_s", f"episode_noop_{s}_per_s")
+       for s in ("sync", "async", "exit", "memory")},
+    # the kit's own code (full / the same SQL from plain psycopg) and the SQL's own cost (plain SQL / no-op)
+    **{f"full_vs_plainsql_{s}": (f"episode_full_{s}_per_s", f"episode_plainsql_{s}_per_s")
+       for s in ("sync", "async", "exit", "memory")},
+    **{f"plainsql_vs_noop_{s}": (f"episode_plainsql_{s}_per_s", f"episode_noop_{s}_per_s")
        for s in ("sync", "async", "exit", "memory")},
     "workshop_best_vs_c1": ("workshop_best_per_s", "workshop_c1_per_s"),
     **{network_figure(r, f"{a}_vs_{b}"): (network_figure(r, f"{a}_ms"), network_figure(r, f"{b}_ms"))
@@ -355,14 +362,14 @@ async def bench_network(report: Report) -> None:
 
 async def bench_episodes(report: Report) -> None:
     """Full-safety against no-op tools, per checkpointer and durability."""
-    from agentlab.bench.episodes import SAVERS, EpisodeBench
+    from agentlab.bench.episodes import KINDS, SAVERS, EpisodeBench
 
     m = report.mode
     h = await _fresh_harness("bench_episodes")
     try:
         bench = EpisodeBench(h)
         for saver in SAVERS:  # warm every graph and pool once
-            for kind in ("full", "noop"):
+            for kind in KINDS:
                 await bench.rate(kind, saver, 3)
         rates = await bench.rates(m.episodes, m.repeats)
         for (kind, saver), values in rates.items():
@@ -565,6 +572,8 @@ ROWS = (  # the text table: (label, figure, ratio beside it)
     *((f"episode/s, {s}: full safety", f"episode_full_{s}_per_s", f"full_vs_noop_{s}") for s in
       ("sync", "async", "exit", "memory")),
     *((f"episode/s, {s}: no-op tools", f"episode_noop_{s}_per_s", None) for s in ("sync", "async", "exit", "memory")),
+    *((f"episode/s, {s}: plain-SQL tools", f"episode_plainsql_{s}_per_s",
+       f"plainsql_vs_noop_{s}") for s in ("sync", "async", "exit", "memory")),
     ("workshop episodes/s, concurrency 1", "workshop_c1_per_s", None),
     ("workshop episodes/s, best level", "workshop_best_per_s", "workshop_best_vs_c1"),
     ("workshop lab CPU per episode (ms)", "workshop_lab_cpu_ms_per_episode", None),
@@ -604,6 +613,11 @@ def render(report: Report) -> str:
                      f"{int(fig['workshop_best_workers']['median'])} worker process(es), "
                      f"{fig['workshop_lab_cpu_ms_per_episode']['median']} ms of the lab's CPU per episode: two cores "
                      f"running the lab alone top out at {fig['workshop_two_core_ceiling_per_s']['median']} episodes/s)")
+    kit = [f"{s} {ratios[f'full_vs_plainsql_{s}']:.3f}" for s in ("sync", "async", "exit", "memory")
+           if ratios.get(f"full_vs_plainsql_{s}") is not None]
+    if kit:
+        lines.append(f"(full safety / the full node's SQL from plain psycopg, episodes/s: {', '.join(kit)}: the kit's "
+                     "own code; plain SQL / no-op tools is what the statements cost)")
     if "same_sql" in d["notes"]:
         lines.append(f"(node and plain psycopg sent the same SQL: {d['notes']['same_sql']}, "
                      f"{int(fig['batch_round_trips']['median'])} round trips per batch; the naive nested "

@@ -277,17 +277,27 @@ class LockHolder(Fault):
         await _finish(run.background)
 
 
+SLOW_SHOT_PREFIX = "chaos_slow_shot_"  # + the customer id: the billing slow statement's one-shot sequences
+
+
+def one_shot_sql(prefix: str, key_sql: str) -> str:
+    """A PL/pgSQL condition true for the first statement that evaluates it after :func:`slow_shot` armed
+    its key, false for every later one: ``nextval`` of the sequence ``public.<prefix><key>``, where
+    ``key_sql`` is the trigger's SQL expression of the key (``NEW.id``). ``nextval`` is not rolled back
+    with a statement the timeout cancels, so a retry of that statement does not meet the fault again."""
+    return f"nextval(format('public.%I', '{prefix}' || {key_sql})::regclass) = 1"
+
+
 SLOW_INSTALLED = "SELECT 1 FROM pg_trigger WHERE tgname = 'chaos_slow_statement' AND tgrelid = 'lax.customers'::regclass"
-SLOW_DDL = """
+SLOW_DDL = f"""
 CREATE TABLE IF NOT EXISTS public.chaos_slow_customers (customer_id bigint PRIMARY KEY);
 CREATE OR REPLACE FUNCTION public.chaos_slow_statement() RETURNS trigger LANGUAGE plpgsql
     SECURITY DEFINER SET search_path = pg_catalog, public AS $$  -- fires for the agent role too
 BEGIN
     IF EXISTS (SELECT 1 FROM public.chaos_slow_customers WHERE customer_id = NEW.id) THEN
-        -- one shot: only the first UPDATE after arming is slow. nextval is not rolled back with the
-        -- statement the timeout cancels, so the node's retry runs at once however late the controller
-        -- lifts the fault (a loaded machine delays the controller, not the retry)
-        IF nextval(format('public.chaos_slow_shot_%s', NEW.id)::regclass) = 1 THEN
+        -- one shot: only the first UPDATE after arming is slow, so the node's retry runs at once however
+        -- late the controller lifts the fault (a loaded machine delays the controller, not the retry)
+        IF {one_shot_sql(SLOW_SHOT_PREFIX, "NEW.id")} THEN
             -- a marker the fault's controller can see in pg_locks: this customer's statement is now slow
             PERFORM pg_advisory_xact_lock_shared(4242, NEW.id::integer);
             WHILE EXISTS (SELECT 1 FROM public.chaos_slow_customers WHERE customer_id = NEW.id) LOOP
@@ -306,15 +316,19 @@ SLOW_ARM = "INSERT INTO public.chaos_slow_customers (customer_id) VALUES (%s) ON
 SLOW_DISARM = "DELETE FROM public.chaos_slow_customers WHERE customer_id = %s"
 
 
-def slow_shot(customer_id: int, *, drop: bool = False):
-    """The DDL of the sequence that makes the slow statement one shot for ``customer_id``: created
-    (restarted at 1) before arming, dropped after disarming."""
+def slow_shot(key: int | str, *, drop: bool = False, prefix: str = SLOW_SHOT_PREFIX):
+    """The DDL of the sequence ``public.<prefix><key>`` that makes a slow-statement trigger one shot for
+    ``key`` (a customer id by default; retail's prefix takes an order id), tested by the trigger's
+    :func:`one_shot_sql`: created (restarted at 1) before arming, dropped after disarming. A
+    ``psycopg.sql.Composed``; ``<prefix><key>`` must fit PostgreSQL's 63-byte identifiers."""
     from psycopg import sql
 
-    name = sql.Identifier("public", f"chaos_slow_shot_{int(customer_id)}")
+    name = sql.Identifier("public", f"{prefix}{key}")
     if drop:
         return sql.SQL("DROP SEQUENCE IF EXISTS {}").format(name)
     return sql.SQL("DROP SEQUENCE IF EXISTS {0}; CREATE SEQUENCE {0}").format(name)
+
+
 SLOW_SEEN = (
     "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = 4242 AND objid = %s"
     " AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
@@ -323,8 +337,9 @@ SLOW_SEEN = (
 
 @dataclass(frozen=True)
 class SlowStatement(Fault):
-    """A trigger makes every UPDATE of the episode's first customer wait; once the first such statement
-    is seen waiting, the fault lets it run ``margin_s`` past the statement timeout, then lifts it.
+    """A trigger makes the first UPDATE of the episode's first customer wait (one shot: a retry of it
+    does not wait, :func:`one_shot_sql`); once that statement is seen waiting, the fault lets it run
+    ``margin_s`` past the statement timeout, then lifts it.
 
     The episode runs with a statement timeout of ``statement_timeout_ms`` (250 ms) where its timeouts are
     on: with the ``full`` preset's 2 s every such episode would wait 2.25 s, for the same lesson (the

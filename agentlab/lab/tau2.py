@@ -23,8 +23,9 @@ The faults (:data:`FAULTS`) are the catalog's, fitted to turns of one call each:
 ``fk_violation``           every exchange first names the description's example payment method of its kind
                            (``gift_card_0000000``): the FOREIGN KEY on the order's exchange payment method refuses it
 ``lock_timeout``           another session holds the first written order's row lock (``FOR UPDATE``) for 1 s
-``statement_timeout``      a trigger holds the first written order's writes (its row, an item, a new payment)
-                           until 0.25 s past the statement timeout (scaled to 250 ms where timeouts are on)
+``statement_timeout``      a trigger holds the first written order's first write (its row, an item, a new
+                           payment) until 0.25 s past the statement timeout (scaled to 250 ms where timeouts
+                           are on), once: the retry does not wait
 =========================  ================================================================================
 
 ``await run_tau2(["full", "naive"], ["none", "crash_mid_node"])`` returns a :class:`Tau2Result`;
@@ -57,7 +58,15 @@ from agentlab.domains.retail.export import canonical_hash
 from agentlab.domains.retail.load import read_expected_hashes
 from agentlab.domains.retail.reset import OpeningPieces, reset_state
 from agentlab.lab.faults import FAULTS as CATALOG
-from agentlab.lab.faults import POLL_S, TERMINATE, Fault, SlowStatement, _finish
+from agentlab.lab.faults import (
+    POLL_S,
+    TERMINATE,
+    Fault,
+    SlowStatement,
+    _finish,
+    one_shot_sql,
+    slow_shot,
+)
 from agentlab.lab.runner import Lab
 from agentlab.runtime.db import template_name
 from agentlab.runtime.harness import Harness
@@ -296,18 +305,22 @@ class OrderLockHolder(Fault):
                 await task
 
 
+ORDER_SHOT_PREFIX = "chaos_slow_order_shot_"  # + the order id: the order's one-shot sequence (faults.slow_shot)
 ORDER_SLOW_INSTALLED = "SELECT 1 FROM pg_trigger WHERE tgname = 'chaos_slow_order' AND tgrelid = 'retail.orders'::regclass"
-ORDER_SLOW_DDL = """
+ORDER_SLOW_DDL = f"""
 CREATE TABLE IF NOT EXISTS public.chaos_slow_orders (order_id text PRIMARY KEY);
 CREATE OR REPLACE FUNCTION public.chaos_slow_order() RETURNS trigger LANGUAGE plpgsql
     SECURITY DEFINER SET search_path = pg_catalog, public AS $$  -- fires for the agent role too
 BEGIN
     IF EXISTS (SELECT 1 FROM public.chaos_slow_orders WHERE order_id = NEW.order_id) THEN
-        -- a marker the fault's controller can see in pg_locks: this order's write is now slow
-        PERFORM pg_advisory_xact_lock_shared(4244, hashtext(NEW.order_id));
-        WHILE EXISTS (SELECT 1 FROM public.chaos_slow_orders WHERE order_id = NEW.order_id) LOOP
-            PERFORM pg_sleep(0.02);
-        END LOOP;
+        -- one shot, as billing's: only the order's first write after arming is slow; its retry runs at once
+        IF {one_shot_sql(ORDER_SHOT_PREFIX, "NEW.order_id")} THEN
+            -- a marker the fault's controller can see in pg_locks: this order's write is now slow
+            PERFORM pg_advisory_xact_lock_shared(4244, hashtext(NEW.order_id));
+            WHILE EXISTS (SELECT 1 FROM public.chaos_slow_orders WHERE order_id = NEW.order_id) LOOP
+                PERFORM pg_sleep(0.02);
+            END LOOP;
+        END IF;
     END IF;
     RETURN NEW;
 END $$;
@@ -328,10 +341,11 @@ def _first_written_order(run) -> str | None:
 
 @dataclass(frozen=True)
 class SlowOrderWrite(SlowStatement):
-    """The catalog's ``statement_timeout`` on retail: a trigger makes every write of the first written
-    order's rows (its ``orders`` row, an item, a new payment) wait; once the first such statement is seen
-    waiting, the fault lets it run ``margin_s`` past the episode's statement timeout (250 ms where the
-    timeouts are on), then lifts it. A task whose order writes are all refused before any SQL writes
+    """The catalog's ``statement_timeout`` on retail: a trigger makes the first write of the first written
+    order's rows (its ``orders`` row, an item, a new payment) wait, once: the retry of that write does not
+    (the one-shot sequence of :func:`~agentlab.lab.faults.slow_shot`, keyed by the order id). Once the
+    statement is seen waiting, the fault lets it run ``margin_s`` past the episode's statement timeout
+    (250 ms where the timeouts are on), then lifts it. A task whose order writes are all refused before any SQL writes
     (tau2 refuses them) never meets it."""
 
     scenarios: tuple[str, ...] = ()
@@ -346,6 +360,7 @@ class SlowOrderWrite(SlowStatement):
             return
         slow_s = self.statement_timeout_ms / 1000 + self.margin_s
         async with run.pool.connection() as conn:
+            await conn.execute(slow_shot(order_id, prefix=ORDER_SHOT_PREFIX))
             await conn.execute("INSERT INTO public.chaos_slow_orders VALUES (%s) ON CONFLICT DO NOTHING", (order_id,))
         run.notes["slow_order"] = order_id
         done = asyncio.Event()
@@ -366,6 +381,7 @@ class SlowOrderWrite(SlowStatement):
                 with contextlib.suppress(PoolClosed):
                     async with run.pool.connection() as conn:
                         await conn.execute("DELETE FROM public.chaos_slow_orders WHERE order_id = %s", (order_id,))
+                        await conn.execute(slow_shot(order_id, drop=True, prefix=ORDER_SHOT_PREFIX))
                 run.notes["slow_s"] = slow_s
 
         run.background.append(asyncio.create_task(control()))
@@ -398,7 +414,8 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
     OrderLockHolder("lock_timeout", "lock_timeout", "a second session holds the order's row lock for 1 s",
                     "timeouts"),
     SlowOrderWrite("statement_timeout", "statement_timeout",
-                   "a trigger holds the first written order's writes past the statement timeout", "timeouts"),
+                   "a trigger holds the first written order's first write past the statement timeout, once",
+                   "timeouts"),
 )}
 """Retail's faults, by name (see the module docstring)."""
 

@@ -10,9 +10,9 @@
 - ``scenarios``: the 114 tasks, ``tau2-<task>``, each golden action one step with one planned call;
 - ``create_rows``: nothing (an episode acts on the seeded rows; each task gets a database of its own);
 - ``invariants``: :data:`INVARIANTS` (gift-card balances, payment history against status, the order state
-  machine, items against their variants), read from the database against the opening snapshot;
-  :func:`paid_twice` (no payment refunded twice) is checked by the concurrency races (:mod:`.concurrency`)
-  on their own rows and is not among them;
+  machine, items against their variants, no payment refunded twice: :func:`paid_twice`), read from the
+  database against the opening snapshot; the concurrency races (:mod:`.concurrency`) check the same on
+  their own rows;
 - ``export_state``: tau2's ``RetailDB`` JSON (:func:`.export.export_state`), for the canonical hash.
 
 :func:`retail_domain` builds one with the last-variant bug reproduced (the default, :data:`DOMAIN`:
@@ -220,9 +220,9 @@ async def order_status_transition(ctx: InvariantContext) -> list[str]:
 
 
 async def paid_twice(ctx: InvariantContext) -> list[str]:
-    """No payment method that paid on a changed order was refunded more than it paid there. Not in
-    :data:`INVARIANTS` (whose list notebook 17 shows): the concurrency races check it on their own rows;
-    ``Invariant("paid_twice", paid_twice, ...)`` adds it to a domain of your own."""
+    """No payment method that paid on a changed order was refunded more than it paid there (one payment
+    refunded twice). In :data:`INVARIANTS`, on every order the change log names; the concurrency races
+    check the same on their own rows (:func:`.concurrency.check_entities`)."""
     return await refunded_twice(ctx.conn, LOGGED_ORDERS)
 
 
@@ -249,6 +249,8 @@ INVARIANTS = (
               "status changes follow the order state machine"),
     Invariant("item_matches_variant", item_matches_variant,
               "every changed item has its variant's price and options"),
+    Invariant("paid_twice", paid_twice,
+              "no payment method refunded more on an order than it paid there"),
 )
 
 

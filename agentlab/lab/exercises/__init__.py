@@ -16,7 +16,9 @@ In a notebook::
 runs the case's ``setup(h)``, calls ``fn(h, *args, **kwargs)`` and compares what it returns with the
 case's expected values, key by key, printing one line per value (``passed: refund_rows = 1`` or
 ``FAILED: refund_rows = 2, expected 1; hint: ...``). A function that still raises
-``NotImplementedError`` prints one line, ``not written yet: fill in `duplicate_refund` above``.
+``NotImplementedError`` prints one line, ``not written yet: fill in `duplicate_refund` above``. A case
+that takes longer than ``timeout_s`` (seconds; 60 unless the call says otherwise) is stopped and
+prints one ``FAILED: ... took longer than 60 s ...`` line; the next case still runs.
 ``tests/test_solutions.py`` runs every reference solution through the same path, so the expected
 values are written once, here.
 """
@@ -24,6 +26,7 @@ values are written once, here.
 from __future__ import annotations
 
 import ast
+import asyncio
 import importlib
 import inspect
 import pkgutil
@@ -35,10 +38,14 @@ from typing import Any
 
 from agentlab.runtime.harness import Harness
 
-__all__ = ["Case", "Exercise", "Verdict", "check", "exercises", "get_exercise", "reference", "solution",
-           "solution_source"]
+__all__ = ["DEFAULT_TIMEOUT_S", "Case", "Exercise", "Verdict", "check", "exercises", "get_exercise", "reference",
+           "solution", "solution_source"]
 
 _ID = re.compile(r"^(\d{1,2})\.(\d+)$")
+DEFAULT_TIMEOUT_S = 60.0  # seconds one case of a check may take (check's timeout_s)
+_TIMEOUT_HINT = ("it waits for something that never comes (a lock another transaction holds, an await that never "
+                 "returns, a loop with no end); its transaction was rolled back and its connection given back. "
+                 "`timeout_s=None` lifts the limit")
 _NOT_WRITTEN = "not written yet: fill in `{function}` above"
 _MISSING = type("Missing", (), {"__repr__": lambda self: "missing"})()  # a key the function did not return
 
@@ -218,23 +225,53 @@ class _LearnerError(Exception):
         super().__init__(f"{type(error).__name__}: {error}")
 
 
-async def _run_case(case: Case, fn: Callable) -> list[Verdict]:
+class _CaseTimeout(Exception):
+    """The learner's function ran past the check's ``timeout_s`` and was cancelled."""
+
+
+async def _limited(awaitable: Awaitable[Any], timeout_s: float | None) -> Any:
+    """Await ``awaitable`` for at most ``timeout_s`` seconds (None: no limit). Past it the awaitable is
+    cancelled where it waits (psycopg cancels a running query; a ``transaction()`` block rolls back and a
+    pool connection goes back to its pool as the cancellation unwinds) and :class:`_CaseTimeout` is
+    raised. A ``TimeoutError`` the learner's own code raises is not the limit's: it stays theirs."""
+    limit = asyncio.timeout(timeout_s)
+    try:
+        async with limit:
+            return await awaitable
+    except TimeoutError:
+        if limit.expired():
+            raise _CaseTimeout from None
+        raise
+
+
+async def _run_case(case: Case, fn: Callable, timeout_s: float | None = None) -> list[Verdict]:
     async with await Harness.open(purpose="exercise", domain=case.domain) as h:
         if case.setup is not None:
             await case.setup(h)
         try:
-            got = await _maybe_await(fn(h, *case.args, **dict(case.kwargs)))
+            got = await _limited(_maybe_await(fn(h, *case.args, **dict(case.kwargs))), timeout_s)
             if case.read is not None:
                 got = case.read(got)
-        except NotImplementedError:
+        except (NotImplementedError, _CaseTimeout):
             raise
         except Exception as exc:  # the learner's code failed: check says so and goes on with the next case
             raise _LearnerError(exc) from exc
     return _compare(case.expected, got)
 
 
-async def check(exercise_id: str, fn: Callable, **given: Any) -> bool:
+def _timed_out(call: str, timeout_s: float) -> str:
+    return f"FAILED: {call} took longer than {timeout_s:g} s and was stopped; hint: {_TIMEOUT_HINT}"
+
+
+async def check(exercise_id: str, fn: Callable, *, timeout_s: float | None = DEFAULT_TIMEOUT_S, **given: Any) -> bool:
     """Check ``fn``, the learner's answer to exercise ``exercise_id``, and print a line per value.
+
+    ``timeout_s``: seconds each case may take (default :data:`DEFAULT_TIMEOUT_S`, 60 s; for an exercise
+    checked as a whole by its ``verify``, the whole check); None: no limit. A case past it is cancelled
+    where it waits (a running query is cancelled in the server, an open transaction rolled back, its
+    connections given back before its database is dropped) and prints ``FAILED: <call> took longer than
+    60 s and was stopped; hint: ...``; the next case still runs. A function that blocks the event loop itself (``time.sleep``, a synchronous driver
+    call) cannot be stopped this way: the limit applies once it gives control back.
 
     ``given``: what the notebook made that an exercise's ``verify`` needs besides ``fn`` (notebook 16's
     domain: ``await check("16.1", no_payout_without_its_intent, domain=PAYOUTS)``); passed to ``verify``.
@@ -246,13 +283,20 @@ async def check(exercise_id: str, fn: Callable, **given: Any) -> bool:
     raises (the next case still runs). Returns True when every value passed.
 
     Raises:
-        ValueError: no exercise ``exercise_id``.
+        ValueError: no exercise ``exercise_id``, or a ``timeout_s`` that is not a positive number or None.
         agentlab.runtime.db.DatabaseUnavailable: no server to make the databases on.
     """
     exercise = get_exercise(exercise_id)
+    if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
+                                  or not timeout_s > 0):
+        raise ValueError(f"timeout_s is a number of seconds > 0, or None for no limit, not {timeout_s!r}")
     try:
         if exercise.verify is not None:
-            verdicts = list(await _maybe_await(exercise.verify(fn, **given)))
+            try:
+                verdicts = list(await _limited(_maybe_await(exercise.verify(fn, **given)), timeout_s))
+            except _CaseTimeout:
+                print(_timed_out(f"check({exercise.id!r}, {exercise.function})", timeout_s))
+                return False
             for verdict in verdicts:
                 _print(verdict, exercise, "")
             return all(v.passed for v in verdicts)
@@ -263,9 +307,13 @@ async def check(exercise_id: str, fn: Callable, **given: Any) -> bool:
         for case in exercise.cases:
             call = case.call_text(exercise.function)
             try:
-                verdicts = await _run_case(case, fn)
+                verdicts = await _run_case(case, fn, timeout_s)
             except _LearnerError as exc:
                 print(f"FAILED: {call} raised {exc}; hint: {exercise.hint('*')}")
+                ok = False
+                continue
+            except _CaseTimeout:
+                print(_timed_out(call, timeout_s))
                 ok = False
                 continue
             if many:
@@ -326,12 +374,13 @@ def solution_source(exercise: Exercise | str) -> str:
     return out
 
 
-async def solution(exercise_id: str, **given: Any) -> bool:
+async def solution(exercise_id: str, *, timeout_s: float | None = DEFAULT_TIMEOUT_S, **given: Any) -> bool:
     """Print the reference solution of ``exercise_id`` (see :func:`solution_source`), then check it as
-    :func:`check` checks a learner's function (with ``given``, as there); returns what the check returns.
+    :func:`check` checks a learner's function (with ``timeout_s``, seconds per case, and ``given``, as
+    there); returns what the check returns.
 
     Raises:
-        ValueError: no exercise ``exercise_id``.
+        ValueError: no exercise ``exercise_id``, or a bad ``timeout_s`` (see :func:`check`).
     """
     exercise = get_exercise(exercise_id)
     print(f"# {exercise.solution.replace(':', '.')}, exercise {exercise.id} · {exercise.title}")
@@ -339,4 +388,4 @@ async def solution(exercise_id: str, **given: Any) -> bool:
     print()
     shown = "".join(f", {k}=..." for k in given)
     print(f"# await check({exercise.id!r}, {exercise.function}{shown})")
-    return await check(exercise_id, reference(exercise), **given)
+    return await check(exercise_id, reference(exercise), timeout_s=timeout_s, **given)
