@@ -177,7 +177,9 @@ class NodeHooks:
     """Fault-injection points (used by :mod:`agentlab.lab.faults` and the tests).
 
     ``before_call(call, index)`` and ``after_call(call, index)`` run around each tool call inside the
-    transaction; ``after_commit(calls)`` runs after COMMIT returned and before the node returns.
+    transaction; ``after_commit(calls)`` runs after COMMIT returned and before the node returns. With a
+    ``before_call`` or ``after_call`` hook a call's ledger row and RELEASE are not folded into the next
+    call's round trip: each call ends with its own Sync, so a hook sees every statement sent so far answered.
     """
 
     before_call: list[Hook] = field(default_factory=list)
