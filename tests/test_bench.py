@@ -54,9 +54,10 @@ async def test_plain_psycopg_batch_sends_exactly_the_nodes_sql(harness):
     assert node_sent == plain_sent
     assert node_sent.statements[0] == "BEGIN" and node_sent.statements[-1] == "COMMIT"
     assert sum(s.startswith("SAVEPOINT") for s in node_sent.statements) == 3  # a savepoint per call
-    # BEGIN + prelude + tenant + look-up pipelined; per call SAVEPOINT with the first statement, the ledger row
-    # with RELEASE (QueueRefund reads one statement more: the outbox row); the last call's Sync carries COMMIT
-    assert node_sent.round_trips == NODE_ROUND_TRIPS == 8
+    # BEGIN + prelude + tenant + look-up pipelined; per call SAVEPOINT with the first statement and the previous
+    # call's ledger row and RELEASE (QueueRefund reads one statement more: the outbox row); the last call's
+    # ledger row and RELEASE go with COMMIT in the pipeline's Sync
+    assert node_sent.round_trips == NODE_ROUND_TRIPS == 6
     # both batches applied: two memos, two refunds, six ledger rows
     assert await scalar(harness, "SELECT count(*) FROM credit_memos WHERE customer_id = %s", (source.customer_id,)) == 2
     assert await scalar(harness, "SELECT count(*) FROM tool_executions WHERE thread_id = %s", (source.thread_id,)) == 6

@@ -37,16 +37,17 @@ OPENING_CREDIT_CENTS = 10**9 // 2  # the bench deducts one cent per batch
 INSERT_BENCH_CUSTOMER = "INSERT INTO customers (tenant_id, name, credit_cents) VALUES (%s, %s, %s) RETURNING id"
 
 # The statements the node sends for the refund batch under ``full``, all pipelined (extended queries): BEGIN,
-# the prelude, the thread's tenant and the ledger look-up in one round trip; per call SAVEPOINT with the
-# tool's first statement (one round trip), each further statement whose result the tool reads (one more),
-# the ledger row with RELEASE (one more, the call's Sync), the last call's Sync carrying COMMIT.
+# the prelude, the thread's tenant and the ledger look-up in one round trip; then the three calls in one
+# pipeline: per call SAVEPOINT with the tool's first statement (one round trip, carrying the previous call's
+# ledger row and RELEASE), each further statement whose result the tool reads (one more), and the last call's
+# ledger row, RELEASE and COMMIT in the pipeline's Sync (one more).
 BEGIN = "BEGIN"
 PRELUDE = ("SELECT set_config('role', %s, true), set_config('agentlab.tenant_id', %s, true), "
            "set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true), "
            "pg_advisory_xact_lock(hashtextextended(%s, 0))")
 SAVEPOINT, RELEASE = tools_node.SAVEPOINT, tools_node.RELEASE_SAVEPOINT
 COMMIT = "COMMIT"
-NODE_ROUND_TRIPS = 8  # 1 to open, 2 + 2 + 3 for the calls (QueueRefund reads two statements' results), COMMIT folded in
+NODE_ROUND_TRIPS = 6  # 1 to open, 1 + 1 + 2 for the calls (QueueRefund reads two statements' results), 1 to commit
 NAIVE_ROUND_TRIPS = 18  # BEGIN, prelude, tenant, look-up; SAVEPOINT, each statement, ledger row, RELEASE per call; COMMIT
 
 _TRACE_MESSAGE = re.compile(r"^([FB])\t\d+\t(\w+)(?:\t ?(.*))?$", re.S)
@@ -134,14 +135,14 @@ async def _three_calls(conn, batch: BatchCalls, keys: list[str], call) -> None:
 
 @contextlib.asynccontextmanager
 async def _pipelined_call(conn, *, last: bool):
-    """One call as the node sends it: SAVEPOINT goes with the call's first statement, the ledger row with
-    RELEASE in the pipeline's closing Sync, which carries COMMIT too after the ``last`` call."""
-    async with conn.pipeline():
-        await conn.execute(SAVEPOINT)
-        yield
-        await conn.execute(RELEASE)
-        if last:
-            await conn.execute(COMMIT)
+    """One call as the node sends it, inside the batch's one pipeline: SAVEPOINT goes with the call's first
+    statement, the ledger row and RELEASE with the next call's, and after the ``last`` call with COMMIT in
+    the pipeline's closing Sync."""
+    await conn.execute(SAVEPOINT)
+    yield
+    await conn.execute(RELEASE)
+    if last:
+        await conn.execute(COMMIT)
 
 
 def _nested_transaction(conn, *, last: bool):
@@ -163,7 +164,8 @@ async def plain_batch(pool, batch: BatchCalls, *, statement_timeout_ms: int = 20
                 lookup = await conn.execute(LEDGER_LOOKUP_WITH_ARGS, (keys,))
             await bind.fetchall()
             await lookup.fetchall()
-            await _three_calls(conn, batch, keys, _pipelined_call)
+            async with conn.pipeline():  # its Sync carries the last call's ledger row, RELEASE and COMMIT
+                await _three_calls(conn, batch, keys, _pipelined_call)
         except BaseException:
             if not conn.closed:
                 await conn.execute("ROLLBACK")

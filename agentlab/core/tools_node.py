@@ -13,11 +13,13 @@ Under the ``full`` preset a batch (the tool calls of one ``AIMessage``) runs lik
    (node retry, resume after a crash).
    BEGIN, the prelude's ``SELECT`` and the look-up are pipelined: three statements, one round trip;
 4. per call a SAVEPOINT holding the call's SQL and its ledger row, so a failure is attributed to its
-   call and leaves the transaction usable. Each call is pipelined on its own (psycopg's pipeline mode,
-   one Sync per call): the SAVEPOINT goes out with the tool's first statement, the ledger row with the
-   RELEASE, and the last call's Sync carries the batch's COMMIT, so a one-statement tool costs two round
-   trips and the batch one more to open (the refund story's three calls: 8, against 15 with a round
-   trip per statement after the opening one). The ledger
+   call and leaves the transaction usable. The calls share one pipeline (psycopg's pipeline mode): the
+   SAVEPOINT goes out with the tool's first statement, and the ledger row with the RELEASE goes out with
+   the next call's SAVEPOINT and first statement (the last call's, with COMMIT, in the batch's Sync), so a
+   one-statement tool costs one round trip and the batch two more, to open and to commit (the refund
+   story's three calls: 6, against 18 for psycopg's nested ``conn.transaction()`` blocks). When a ledger
+   row or RELEASE fails, the next call's statements were skipped by the server: that call is run again
+   from the start after the failed one is undone. The ledger
    row is inserted inside the call's savepoint, not with the batch's rows at the end: a row that
    cannot be stored (a duplicate key, a value JSONB refuses) must fail its own call only, and under
    the partial policy a call's row must commit with exactly that call's effects;
@@ -37,8 +39,10 @@ reports each call as it returns and commits at the end; after a failure PostgreS
 COMMIT into a ROLLBACK (the "aborted transaction" trap, case C09), so calls reported as applied are
 lost. The events table records that as ``commit_rolled_back``.
 
-Sources: PostgreSQL docs "SAVEPOINT", "Advisory Locks", "statement_timeout"; psycopg docs
-"Transactions management" (nested transaction blocks); LangGraph "RetryPolicy".
+Sources: PostgreSQL docs "SAVEPOINT", "Advisory Locks", "statement_timeout", "Frontend/Backend Protocol:
+Pipelining" (after an error the server skips every message up to the next Sync); libpq "Pipeline Mode";
+psycopg docs "Transactions management" (nested transaction blocks), "Pipeline mode support"; LangGraph
+"RetryPolicy".
 """
 
 from __future__ import annotations
@@ -174,7 +178,9 @@ class NodeHooks:
     """Fault-injection points (used by :mod:`agentlab.lab.faults` and the tests).
 
     ``before_call(call, index)`` and ``after_call(call, index)`` run around each tool call inside the
-    transaction; ``after_commit(calls)`` runs after COMMIT returned and before the node returns.
+    transaction; ``after_commit(calls)`` runs after COMMIT returned and before the node returns. With a
+    ``before_call`` or ``after_call`` hook a call's ledger row and RELEASE are not folded into the next
+    call's round trip: each call ends with its own Sync, so a hook sees every statement sent so far answered.
     """
 
     before_call: list[Hook] = field(default_factory=list)
@@ -431,46 +437,74 @@ class TransactionalToolsNode:
     async def _run_with_savepoints(self, runnable: list[_Call], results: dict[int, CallResult], ran_ok: set[int],
                                    thread_id: str, tenant_id: str | None, attempt: int,
                                    run_token: str | None = None) -> bool:
-        """One transaction (opened by :meth:`_open`), a savepoint per call, each call pipelined on its own
-        (:meth:`_call_in_savepoint`), every applied call reported only after COMMIT returned (case C12).
+        """One transaction (opened by :meth:`_open`), a savepoint per call (:meth:`_call_in_savepoint`), the calls
+        sharing one pipeline, every applied call reported only after COMMIT returned (case C12).
 
-        COMMIT goes out with the last call's own round trip when nothing runs after it (no ``after_call``
-        hook); when that call fails the server skips the COMMIT, the call's savepoint is undone, and the
-        batch ends as any other (COMMIT under the partial policy, ROLLBACK under the atomic one).
+        A call's ledger row and RELEASE are sent without a Sync of their own: they go out with the next
+        call's SAVEPOINT and first statement, and the call's outcome is settled when their answers come
+        back with that statement's (the fold). No fold around a hook (``before_call``, ``after_call``):
+        a hook sees the batch between calls, every statement sent so far answered. COMMIT goes out with
+        the last call's Sync when nothing runs after it (no ``after_call`` hook); when that call fails the
+        server skips the COMMIT, the call's savepoint is undone, and the batch ends as any other (COMMIT
+        under the partial policy, ROLLBACK under the atomic one).
 
         A call the ledger holds is replayed; a failed call rolls back its savepoint only; under the atomic
         policy it also ends the batch with ROLLBACK and its siblings are answered NOT APPLIED."""
         sg = self.safeguards
         stop = False
         pending: dict[int, CallResult] = {}
+        fold = not self.hooks.before_call and not self.hooks.after_call
+
+        async def settle(c: _Call, result: CallResult) -> bool:
+            """Record ``c``'s outcome; True when it ends the batch (a failure under the atomic policy)."""
+            if result.outcome is Outcome.APPLIED:
+                pending[c.index] = result  # reported only after COMMIT returns
+                ran_ok.add(c.index)
+                if self.hooks.after_call:
+                    await run_hooks(self.hooks.after_call, c, c.index)
+                return False
+            results[c.index] = result
+            return result.outcome is Outcome.FAILED and sg.policy is Policy.ATOMIC
+
         async with self.pool.connection() as conn:
             fatal = _FatalNotice()  # in a pipeline, a terminated backend's last words arrive as a notice
             conn.add_notice_handler(fatal)
+            pipe = _Pipeline(conn)
             try:
                 stored = await self._open(conn, runnable, thread_id, tenant_id, run_token)
                 ended: Translation | bool | None = None  # COMMIT sent with the last call: True, or why it failed
+                earlier: _Unanswered | None = None  # a call whose ledger row and RELEASE await their answers
                 for pos, c in enumerate(runnable):
                     result = self._from_ledger(c, stored.get(self._key(thread_id, tenant_id, c)))
                     if result is None:
+                        last = pos == len(runnable) - 1
                         # nothing runs after the last call (no after_call hook): its round trip carries COMMIT
-                        commit = pos == len(runnable) - 1 and not self.hooks.after_call
-                        result, ended = await self._call_in_savepoint(conn, c, thread_id, tenant_id, attempt,
-                                                                      commit=commit)
-                    if result.outcome is Outcome.APPLIED:
-                        pending[c.index] = result  # reported only after COMMIT returns
-                        ran_ok.add(c.index)
-                        if self.hooks.after_call:
-                            await run_hooks(self.hooks.after_call, c, c.index)
-                        continue
-                    results[c.index] = result
-                    if result.outcome is Outcome.FAILED and sg.policy is Policy.ATOMIC:
+                        commit = last and not self.hooks.after_call
+                        while True:
+                            step = await self._call_in_savepoint(conn, pipe, c, thread_id, tenant_id, attempt,
+                                                                 commit=commit, fold=fold and not last,
+                                                                 earlier=earlier)
+                            if earlier is not None:
+                                stop, earlier = await settle(earlier.call, step.earlier), None
+                            if stop or not step.again:
+                                break
+                        if stop:
+                            break
+                        if step.unanswered is not None:
+                            earlier = step.unanswered  # settled with the next call's first answer
+                            continue
+                        result, ended = step.result, step.ended
+                    if await settle(c, result):
                         stop = True
                         break
+                if earlier is not None:  # the calls after it were replayed: read its answers now
+                    stop = await settle(earlier.call, await self._settle_unanswered(conn, pipe, earlier)) or stop
                 if ended is None:
                     commit_failed = await self._end(conn, stop)
                 else:
                     commit_failed = None if ended is True else ended
             except BaseException as exc:
+                await pipe.sync()  # a lost connection's error is the one raised below
                 await _rollback_quietly(conn)
                 if isinstance(exc, Exception) and (lost := _lost(conn, exc, fatal)) is not None:
                     raise lost from exc
@@ -548,24 +582,36 @@ class TransactionalToolsNode:
         return CallResult(c.index, c.call_id, c.name, Outcome.REPLAYED, result_content(stored_result),
                           result=stored_result)
 
-    async def _call_in_savepoint(self, conn, c: _Call, thread_id: str, tenant_id: str | None, attempt: int, *,
-                                 commit: bool) -> tuple[CallResult, Translation | bool | None]:
-        """Run one call in a savepoint of its own, pipelined: its statements are the ones psycopg's nested
-        ``conn.transaction()`` sends, in the same order, with one Sync per call.
+    async def _call_in_savepoint(self, conn, pipe: "_Pipeline", c: _Call, thread_id: str, tenant_id: str | None,
+                                 attempt: int, *, commit: bool, fold: bool, earlier: "_Unanswered | None" = None,
+                                 ) -> "_Step":
+        """Run one call in a savepoint of its own, in the batch's pipeline: its statements are the ones psycopg's
+        nested ``conn.transaction()`` sends, in the same order.
 
         The SAVEPOINT is queued and goes out with the tool's first statement (when the handler reads its
-        result, psycopg sends a flush request: one round trip); the ledger INSERT and the RELEASE go out with
-        the Sync that ends the pipeline (the second round trip), and with ``commit`` the batch's COMMIT too.
-        A one-statement tool costs two round trips; each further statement whose result the handler reads,
-        one more.
+        result, psycopg sends a flush request: one round trip); each further statement whose result the
+        handler reads costs one more. The ledger INSERT and the RELEASE are queued last. With ``fold`` they
+        wait in the pipeline for the next call, whose SAVEPOINT and first statement carry them: the call is
+        returned unanswered (:class:`_Unanswered`), and the next call, given it as ``earlier``, settles it.
+        Without ``fold`` the pipeline's Sync sends them (one round trip), with ``commit`` the batch's COMMIT
+        too. A one-statement tool costs two round trips alone, one when it folds into the next call.
 
-        An error is still this call's: the pipeline holds no other call's statements. After one, the server
-        skips the call's remaining statements up to the Sync (COMMIT included), and ROLLBACK TO and RELEASE
-        undo the call alone, in one more round trip.
+        Every error is attributed to its call. In a pipeline the server skips every statement after an
+        error up to the next Sync, and psycopg raises an error to whichever statement's result is read
+        first after it came, so the pipeline is ended by a Sync (every answer read) before anything is
+        decided. ``earlier``'s RELEASE then holds its answer exactly when ``earlier``'s statements all
+        succeeded. When it holds none, the error is ``earlier``'s: its savepoint is rolled back,
+        ``earlier`` answered FAILED, and this call, whose statements all came after the failure and had no
+        effect, is returned to be run again from the start (``again``): the tool runs twice, its statements
+        count once, as on a node retry. The first error with a SQLSTATE raised after ``earlier``'s
+        statements is ``earlier``'s own (every later statement was skipped); when this call's tool caught it,
+        ``earlier`` is answered ``FAILED [internal]`` (:meth:`_earlier_failed`). Otherwise the error is this
+        call's, and ROLLBACK TO and RELEASE undo this call alone, in one more round trip.
 
-        Returns the call's result (APPLIED or FAILED) and what happened to a ``commit``: None when none was
-        sent (or the call failed before it ran), True when it returned, the translated reason when COMMIT
-        itself failed (the call's statements had all succeeded: case C12; the batch is rolled back).
+        Returns the :class:`_Step`: ``earlier``'s outcome when given, and this call's result (APPLIED or
+        FAILED), or the call unanswered, or ``again``; and what happened to a ``commit``: None when none
+        was sent (or the call failed before it ran), True when it returned, the translated reason when
+        COMMIT itself failed (the call's statements had all succeeded: case C12; the batch is rolled back).
 
         Raises:
             Exception: an infrastructure error, a lost connection included, as psycopg raised it (the caller
@@ -577,38 +623,79 @@ class TransactionalToolsNode:
         ctx = ToolContext(thread_id, c.call_id, self.safeguards, self.provider, tenant_id)
         applied: tuple[dict, str] | None = None
         error: Exception | None = None
+        release = None
         try:
-            async with conn.pipeline():
-                try:
-                    await conn.execute(SAVEPOINT)
-                    applied = await self._apply(conn, c, ctx, thread_id, attempt)
-                    await conn.execute(RELEASE_SAVEPOINT)
-                    if commit:
-                        await conn.execute(COMMIT)
-                except Exception as exc:  # noqa: BLE001 (held until the Sync: psycopg would log it as a second error)
-                    error = exc
-        except Exception as exc:  # noqa: BLE001 (the Sync's: a statement that failed there, or a lost connection)
-            error = error or exc
+            await pipe.enter()
+            await conn.execute(SAVEPOINT)
+            applied = await self._apply(conn, c, ctx, thread_id, attempt)
+            release = await conn.execute(RELEASE_SAVEPOINT)
+            if commit:
+                await conn.execute(COMMIT)
+        except Exception as exc:  # noqa: BLE001 (held until the Sync: psycopg would log it as a second error)
+            error = exc
+        # fold only when every earlier answer is in: a tool that read no result leaves them to this Sync
+        folded = error is None and fold and (earlier is None or earlier.answered)
+        if not folded:
+            synced = await pipe.sync()  # the Sync's: a statement that failed there, or a lost connection
+            error = error or synced
+        raised = error  # as psycopg raised it: PipelineAborted is no server's answer (no SQLSTATE)
         if error is not None:
             if isinstance(error, psycopg.errors.PipelineAborted) and not conn.broken:
                 error = _aborted(error)
-            tr = translate(error, allowed_args=c.spec.arg_names, sanitize=self.safeguards.sanitize, hints=self.error_hints)
-            if tr.infrastructure or conn.broken:  # a lost connection is named by the caller (:func:`_lost`)
+            if conn.broken or is_infrastructure(error):  # a lost connection is named by the caller (:func:`_lost`)
                 raise error
-            latency_ms = (time.perf_counter() - t0) * 1000
+        latency_ms = (time.perf_counter() - t0) * 1000
+        earlier_result = None
+        if earlier is not None:
+            if not earlier.answered:  # its ledger row or RELEASE failed; this call ran on an aborted transaction
+                return _Step(earlier=await self._earlier_failed(conn, earlier, raised), again=True)
+            earlier_result = earlier.result
+        if error is not None:
             if commit and applied is not None and conn.info.transaction_status is TransactionStatus.IDLE:
                 # every statement of the call succeeded and COMMIT ran: the commit itself failed (C12)
                 commit_failed = translate(error, sanitize=self.safeguards.sanitize, hints=self.error_hints)
                 result, content = applied
-                return CallResult(c.index, c.call_id, c.name, Outcome.APPLIED, content, result=result,
-                                  latency_ms=latency_ms), commit_failed
+                return _Step(CallResult(c.index, c.call_id, c.name, Outcome.APPLIED, content, result=result,
+                                        latency_ms=latency_ms), ended=commit_failed, earlier=earlier_result)
+            tr = translate(error, allowed_args=c.spec.arg_names, sanitize=self.safeguards.sanitize, hints=self.error_hints)
             await _undo_savepoint(conn)
             failed = _failed(c.index, c.call_id, c.name, tr)
             failed.latency_ms = latency_ms
-            return failed, None
+            return _Step(failed, earlier=earlier_result)
         result, content = applied
-        return CallResult(c.index, c.call_id, c.name, Outcome.APPLIED, content, result=result,
-                          latency_ms=(time.perf_counter() - t0) * 1000), (True if commit else None)
+        done = CallResult(c.index, c.call_id, c.name, Outcome.APPLIED, content, result=result, latency_ms=latency_ms)
+        if folded:
+            return _Step(earlier=earlier_result, unanswered=_Unanswered(c, done, release))
+        return _Step(done, ended=True if commit else None, earlier=earlier_result)
+
+    async def _earlier_failed(self, conn, earlier: "_Unanswered", error: Exception | None) -> CallResult:
+        """``earlier``'s ledger row or RELEASE failed (the pipeline has been synced): undo its savepoint and
+        answer it FAILED with ``error`` when that is the server's (it holds a SQLSTATE). Without one, the
+        next call's tool caught the server's error and raised its own or none: ``earlier`` is answered
+        ``FAILED [internal]``, the events keep what happened."""
+        if getattr(error, "sqlstate", None) is None:
+            unknown = psycopg.Error("a statement of this call sent after its tool returned failed (its ledger row, "
+                                    "its RELEASE or a statement whose result the tool did not read); the next "
+                                    "call's tool caught the server's error")
+            unknown.__cause__ = error
+            error = unknown
+        c = earlier.call
+        await _undo_savepoint(conn)
+        failed = _failed(c.index, c.call_id, c.name,
+                         translate(error, allowed_args=c.spec.arg_names, sanitize=self.safeguards.sanitize,
+                                   hints=self.error_hints))
+        failed.latency_ms = earlier.result.latency_ms
+        return failed
+
+    async def _settle_unanswered(self, conn, pipe: "_Pipeline", earlier: "_Unanswered") -> CallResult:
+        """End the pipeline and settle ``earlier`` (no call came after it to carry its answers)."""
+        raised = await pipe.sync()
+        error = _aborted(raised) if isinstance(raised, psycopg.errors.PipelineAborted) and not conn.broken else raised
+        if error is not None and (conn.broken or is_infrastructure(error)):
+            raise error
+        if earlier.answered:
+            return earlier.result
+        return await self._earlier_failed(conn, earlier, raised)
 
     async def _call(self, conn, c: _Call, thread_id: str, tenant_id: str | None, attempt: int) -> CallResult:
         """Run one call's handler and ledger insert on ``conn``, without a savepoint (the first draft):
@@ -886,6 +973,59 @@ def _lost(conn, exc: Exception, fatal: _FatalNotice) -> psycopg.OperationalError
 def _as_json(value: Any) -> Any:
     """``value`` as the ledger's JSONB gives it back (dates as ISO text), for comparing arguments."""
     return json.loads(json.dumps(value, default=str))
+
+
+@dataclass
+class _Unanswered:
+    """A call whose tool returned, its ledger row and RELEASE queued in the batch's pipeline, not yet answered."""
+
+    call: _Call
+    result: CallResult  # APPLIED, once its RELEASE is answered
+    release: Any  # the RELEASE's cursor: psycopg sets its pgresult when the server's answer is read
+
+    @property
+    def answered(self) -> bool:
+        """True once the RELEASE succeeded: every statement of the call did. After a Sync, False means one failed."""
+        return self.release.pgresult is not None
+
+
+@dataclass
+class _Step:
+    """What :meth:`TransactionalToolsNode._call_in_savepoint` settled: the call's result (None when the call
+    is ``unanswered`` or must run ``again``), its COMMIT (see there), and the earlier call's outcome."""
+
+    result: CallResult | None = None
+    ended: Translation | bool | None = None
+    earlier: CallResult | None = None
+    unanswered: _Unanswered | None = None
+    again: bool = False
+
+
+class _Pipeline:
+    """The pipeline (psycopg's pipeline mode) the batch's calls share: entered by a call's first statement,
+    left by the Sync :meth:`sync` sends; calls may follow each other in it between the two."""
+
+    def __init__(self, conn) -> None:
+        self.conn = conn
+        self._open = None
+
+    async def enter(self) -> None:
+        if self._open is None:
+            cm = self.conn.pipeline()
+            await cm.__aenter__()
+            self._open = cm
+
+    async def sync(self) -> Exception | None:
+        """Leave the pipeline: its Sync goes out and every answer is read. Returns the first error the answers
+        held (psycopg raises it on leaving; here it is returned), None when none did or no pipeline was open."""
+        cm, self._open = self._open, None
+        if cm is None:
+            return None
+        try:
+            await cm.__aexit__(None, None, None)
+        except Exception as exc:  # noqa: BLE001 (the caller attributes it)
+            return exc
+        return None
 
 
 class _Duplicate(Exception):
