@@ -145,3 +145,17 @@ def test_an_isolation_level_needs_a_transaction_and_is_one_of_three():
         preset("naive").replace(isolation_level="serializable")
     assert preset("full").isolation_level == "read committed" and preset("full").row_locks and preset("full").run_lock
     assert not any(preset(p).row_locks or preset(p).run_lock for p in ("naive", "constraints", "ledger"))
+
+
+def test_the_rendezvous_notes_read_the_same_whichever_party_reached_the_barrier_first():
+    """Notebook 18 was seen to print "B at its act" before "A at its act": both met at the barrier
+    before either went on, and the event loop ran B's arrival first. The account lists such arrivals in the
+    parties' order; what happened after them keeps its place."""
+    from agentlab.lab.concurrency import Rendezvous
+
+    gate = Rendezvous(None, ("A", "B"), lambda query: False)
+    gate.log = ["B at its act", "A at its act", "A goes on (all arrived)", "B goes on (the other's act committed first)"]
+    assert gate.account() == ["A at its act", "B at its act", "A goes on (all arrived)",
+                              "B goes on (the other's act committed first)"]
+    gate.log = ["A at its act", "A goes on (timeout)", "B at its act", "B goes on (all arrived)"]
+    assert gate.account() == gate.log  # an arrival after someone went on stays where it happened

@@ -117,6 +117,24 @@ class Rendezvous:
         self.pids: dict[str, int] = {}
         self.log: list[str] = []  # what happened, in order (for tests and notes)
 
+    def account(self) -> list[str]:
+        """:attr:`log` as notes show it: each run of consecutive arrivals ("A at its act", "B at its act")
+        in the order of :attr:`parties`. Parties that reach the barrier before any of them goes on meet
+        there; which one the event loop ran first is not part of the story, and would make the same forced
+        interleaving print two ways. Every other entry keeps its place."""
+        out: list[str] = []
+        run: list[str] = []
+        rank = {p: n for n, p in enumerate(self.parties)}
+        for entry in [*self.log, None]:
+            if entry is not None and entry.endswith(" at its act"):
+                run.append(entry)
+                continue
+            out.extend(sorted(run, key=lambda e: rank.get(e[:-len(" at its act")], len(rank))))
+            run = []
+            if entry is not None:
+                out.append(entry)
+        return out
+
     def wrap(self, party: str, pool) -> "_GatedPool":
         """``pool`` as the party's tools node sees it: its connections meet the others at the act."""
         return _GatedPool(pool, self, party)
@@ -325,7 +343,7 @@ async def run_concurrent(lab, fault: Concurrent, sg, *, scenario: str, seed: int
         opening = {cid: spec.credit_cents for cid, spec in zip(ids, sc_a.customers)}
         violations += await check_concurrency(h.pool, sg.schema, ids, opening, threads)
     ep.wall_ms = (time.perf_counter() - t0) * 1000
-    notes: dict[str, Any] = {"rendezvous": list(gate.log), "refused": [c.name for c in convs if c.refused],
+    notes: dict[str, Any] = {"rendezvous": gate.account(), "refused": [c.name for c in convs if c.refused],
                              "errors": errors, "threads": threads}
     return ep, intended, notes, violations
 
@@ -426,7 +444,7 @@ async def run_retail_concurrent(lab, fault: Concurrent, sg, *, race: str, seed: 
                     violations.append(Violation("forked_thread", t, f"{roots} root checkpoints, at most {children} "
                                                                    "children of one checkpoint"))
     ep.wall_ms = (time.perf_counter() - t0) * 1000
-    notes: dict[str, Any] = {"rendezvous": list(gate.log), "refused": [c.name for c in convs if c.refused],
+    notes: dict[str, Any] = {"rendezvous": gate.account(), "refused": [c.name for c in convs if c.refused],
                              "errors": errors, "threads": threads, "race": race, "user_id": e.user_id}
     return ep, sc_a, notes, violations
 

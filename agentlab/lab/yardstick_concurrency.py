@@ -150,7 +150,7 @@ async def run_two(ys: Any, spec: AgentSpec, fault: Concurrent, out: Any) -> Any:
     out.messages = [m for t in threads for m in histories[t]]
     raised = {r.party: r.raised for r in runs if r.raised}
     out.raised = "; ".join(f"{n} of 2 runs: {what}" for what, n in Counter(raised.values()).items()) or None
-    out.notes.update(rendezvous=list(gate.log), threads=threads, raised_by=raised)
+    out.notes.update(rendezvous=gate.account(), threads=threads, raised_by=raised)
     names = dict(spec.tool_names)
     domain_histories = {t: as_domain_messages(histories[t], names) for t in threads}
     ep = Episode(sc_a.name, spec.name, thread, out.seed, ids, sg.schema, sc_a.tenant_id,
