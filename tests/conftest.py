@@ -37,6 +37,7 @@ WHOLE_FILES = frozenset({"tests/test_browser.py", "tests/test_chaos_interrupts.p
 # starts last and runs alone at the end. The order only moves the wall time, never a result; a unit missing
 # here runs in collection order after these.
 LONGEST_FIRST = (
+    "tests/test_browser.py",  # about 6 minutes, whole (one JupyterLab for every notebook)
     "tests/test_rerun_safety.py::test_each_code_cell_run_twice_prints_what_it_stored[19_",  # 82 s
     "tests/test_bench.py::test_bench_quick_json",  # 73 s
     "tests/test_rerun_safety.py::test_each_code_cell_run_twice_prints_what_it_stored[18_",  # 34 s
