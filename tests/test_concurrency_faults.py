@@ -159,3 +159,16 @@ def test_the_rendezvous_notes_read_the_same_whichever_party_reached_the_barrier_
                               "B goes on (the other's act committed first)"]
     gate.log = ["A at its act", "A goes on (timeout)", "B at its act", "B goes on (all arrived)"]
     assert gate.account() == gate.log  # an arrival after someone went on stays where it happened
+
+
+async def test_the_same_request_twice_on_one_thread_refuses_b_on_every_run(harness):
+    """Notebook 18's table showed A refused once instead of B: the two runs asked for the thread's lease at
+    the same moment and a loaded machine let B's request reach the server first. A asks first, B once A
+    holds the lease: B is refused, one redemption is stored, on every run."""
+    async with Lab(harness) as lab:
+        for seed in range(3):
+            run = await lab.run("same_thread_runs", preset("full"), seed=seed)
+            assert run.notes["refused"] == ["B"], run.notes
+            cid = run.episode.customer_ids[0]
+            assert await scalar(harness, "SELECT count(*) FROM limits.credit_redemptions WHERE customer_id = %s",
+                                (cid,)) == 1

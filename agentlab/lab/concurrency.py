@@ -357,6 +357,12 @@ async def _play_pair(lab, sg, convs: list[Conversation], gate: Rendezvous, ids: 
     h, process = lab.harness, lab.process
     make_model = model or (lambda script, seed: ScriptedChatModel(script=script, seed=seed))
 
+    # On a shared thread under the run lock, A asks for the lease first and B only once A has it (or was
+    # refused): the request submitted twice at once reaches the lease in one order on every run, and the
+    # one refused is always B (which of two gathered tasks reached the server first was the event loop's
+    # choice, and a loaded machine sometimes let B in first).
+    lease_asked = asyncio.Event()
+
     async def play(c: Conversation) -> None:
         node = process.node(sg)
         node.pool = gate.wrap(c.name, node.pool)
@@ -368,14 +374,21 @@ async def _play_pair(lab, sg, convs: list[Conversation], gate: Rendezvous, ids: 
             if sg.run_lock:
                 # on a shared thread only the lease holder can reach its act: the other waits for the run to end
                 shared = sum(o.thread_id == c.thread_id for o in convs) > 1
+                first = c is convs[0]
                 if shared:
                     gate.queued.add(c.name)
+                    if not first:
+                        await lease_asked.wait()
                 try:
                     async with thread_lease(h.pool, c.thread_id, wait_ms=sg.run_lock_wait_ms) as lease:
                         gate.queued.discard(c.name)
+                        if first:
+                            lease_asked.set()
                         c.state = await graph.ainvoke(inputs, lease.configure(config), durability="exit")
                 finally:
                     gate.queued.discard(c.name)
+                    if first:
+                        lease_asked.set()
             else:
                 c.state = await graph.ainvoke(inputs, config, durability="exit")
         except ThreadBusy as exc:
@@ -384,6 +397,8 @@ async def _play_pair(lab, sg, convs: list[Conversation], gate: Rendezvous, ids: 
             c.error = f"{type(exc).__name__}: {exc}"
         finally:
             gate.leave(c.name)
+            if c is convs[0]:
+                lease_asked.set()  # whatever ended A, B never waits for it
 
     await asyncio.gather(*(play(c) for c in convs))
     threads = list(dict.fromkeys(c.thread_id for c in convs))
