@@ -387,8 +387,6 @@ async def _play_pair(lab, sg, convs: list[Conversation], gate: Rendezvous, ids: 
                         c.state = await graph.ainvoke(inputs, lease.configure(config), durability="exit")
                 finally:
                     gate.queued.discard(c.name)
-                    if first:
-                        lease_asked.set()
             else:
                 c.state = await graph.ainvoke(inputs, config, durability="exit")
         except ThreadBusy as exc:
