@@ -121,7 +121,10 @@ async def test_the_slow_order_write_waits_once_per_order_and_its_retry_commits_w
             for order in orders:  # two statements counted on each order's sequence; only the first waited
                 seq = f'public."{ORDER_SHOT_PREFIX}{order}"'
                 assert (await (await conn.execute(f"SELECT last_value FROM {seq}")).fetchone())[0] == 2
-            waiting = await conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 4244")
+            # this database's markers only: pg_locks lists the whole server's, and other tests run alongside
+            waiting = await conn.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 4244 AND database = "
+                "(SELECT oid FROM pg_database WHERE datname = current_database())")
             assert (await waiting.fetchone())[0] == 0  # no write of either order is held now
 
 
