@@ -97,6 +97,24 @@ def _kernel_env() -> dict:
     return env
 
 
+def run_nbval(cwd: Path, *notebooks: str, timeout_s: float = 600) -> subprocess.CompletedProcess:
+    """``pytest --nbval`` on ``notebooks`` (names in ``cwd``), each in a kernel of its own, with ``cwd``'s
+    ``sanitize.cfg``, in a process of its own; its output is the completed process's ``stdout``.
+
+    The inner run is nbval's alone: a ``pytest.ini`` in ``cwd`` keeps the project's options out, and
+    ``PYTEST_DISABLE_PLUGIN_AUTOLOAD`` the installed plugins (xdist, asyncio, hypothesis, langsmith), which
+    it does not use and which cost about 2.5 s of CPU to load, per notebook. It also goes without
+    ``rfc3987_syntax``: jsonschema, under nbformat, would import it for the ``iri`` formats the notebook
+    schema does not use, and building its grammar costs another second."""
+    (cwd / "pytest.ini").write_text("[pytest]\n")
+    inner = "import sys; sys.modules['rfc3987_syntax'] = None; import pytest; sys.exit(pytest.main())"
+    command = [sys.executable, "-c", inner, "-c", "pytest.ini", "--rootdir", ".", "-v", "-p", "no:cacheprovider",
+               "-p", "nbval.plugin", "--nbval", "--nbval-current-env", "--nbval-sanitize-with", "sanitize.cfg",
+               "--nbval-cell-timeout", "600", *notebooks]
+    env = _kernel_env() | {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
+
+
 def test_c14_a_notebook_with_a_plot_a_widget_and_timestamps_passes_nbval_twice_in_a_row(tmp_path):
     from nbclient import NotebookClient
 
@@ -116,12 +134,8 @@ def test_c14_a_notebook_with_a_plot_a_widget_and_timestamps_passes_nbval_twice_i
     nbformat.write(nb, path)
     nbformat.write(nb, tmp_path / "c14_again.ipynb")  # the same notebook, validated right after the first
     before = set(db.list_databases())
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")  # keep the project's own options out of the inner run
     (tmp_path / "sanitize.cfg").write_text(SANITIZE.read_text())  # the project's file, beside the notebooks
-    command = [sys.executable, "-m", "pytest", "-c", "pytest.ini", "--rootdir", ".", "-v", "-p", "no:cacheprovider",
-               "--nbval", "--nbval-current-env", "--nbval-sanitize-with", "sanitize.cfg", "c14.ipynb",
-               "c14_again.ipynb"]
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
+    done = run_nbval(tmp_path, "c14.ipynb", "c14_again.ipynb")
     assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-2000:]}"
     assert f"{2 * len(C14_CELLS)} passed" in done.stdout  # each copy in its own kernel and its own fresh database
     order = re.findall(r"^(c14(?:_again)?)\W+ipynb::Cell (\d+) PASSED", done.stdout, re.MULTILINE)

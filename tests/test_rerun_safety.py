@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import copy
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
-from test_c14_notebooks_under_nbval import SANITIZE, _kernel_env
+from test_c14_notebooks_under_nbval import SANITIZE, run_nbval
 
 ROOT = Path(__file__).resolve().parent.parent
 # every notebook is run twice, but those named here (number -> why), not made safe to re-run yet
@@ -99,13 +97,8 @@ def test_each_code_cell_run_twice_prints_what_it_stored(path, tmp_path):
     code_cells = sum(c.cell_type == "code" for c in nb.cells)
     target = tmp_path / f"twice_{path.name}"
     nbformat.write(doubled(nb), target)
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")  # the project's own options stay out of the inner run
     (tmp_path / "sanitize.cfg").write_text(SANITIZE.read_text() + RERUN_MASKS + TOKEN_MASKS.get(number, "") + COLUMN_WIDTHS)
-    command = [sys.executable, "-m", "pytest", "-c", "pytest.ini", "--rootdir", ".", "-v", "-p", "no:cacheprovider",
-               "--nbval", "--nbval-current-env", "--nbval-sanitize-with", "sanitize.cfg", "--nbval-cell-timeout",
-               "600", target.name]
-    done = subprocess.run(command, cwd=tmp_path, env=_kernel_env(), capture_output=True, text=True, timeout=1800,
-                          check=False)
+    done = run_nbval(tmp_path, target.name, timeout_s=1800)
     failed = [int(n) for n in re.findall(r"::Cell (\d+) FAILED", done.stdout)]
     # cell n of the doubled notebook is the first run of code cell n // 2 when n is even, its second when odd
     first = sorted({n // 2 for n in failed if n % 2 == 0})
