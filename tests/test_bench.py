@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from agentlab.domains.billing.tools import TOOLS
 from agentlab.runtime import db
 from agentlab.bench.suite import FIGURES, GOALS, NETWORK_RTTS_MS, RATIOS, TAU2_FIGURES, network_figure
@@ -21,14 +23,16 @@ from conftest import scalar
 
 def test_bench_quick_json_reports_every_named_figure_and_ratio():
     before = set(db.list_databases())
-    proc = subprocess.run([sys.executable, "-m", "agentlab", "bench", "--quick", "--json"], capture_output=True,
-                          text=True, timeout=300, env=os.environ.copy())
+    # one repeat: every section measured once (what this test checks is the report, not a steady median)
+    proc = subprocess.run([sys.executable, "-m", "agentlab", "bench", "--quick", "--repeats", "1", "--json"],
+                          capture_output=True, text=True, timeout=300, env=os.environ.copy())
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert set(out["figures"]) == set(FIGURES) - set(TAU2_FIGURES)  # --quick leaves tau2 out
     for name, fig in out["figures"].items():
         assert fig["unit"] == FIGURES[name]
         assert fig["repeats"] >= 1 and fig["min"] <= fig["median"] <= fig["max"], name
+    assert out["figures"]["node_batch_ms"]["repeats"] == 1  # --repeats taken
     assert set(out["ratios"]) == set(RATIOS) and all(v is not None and v > 0 for v in out["ratios"].values())
     assert set(out["goals"]) == set(GOALS)
     assert all(g["met"] in (True, False) for n, g in out["goals"].items() if GOALS[n][0] not in TAU2_FIGURES)
@@ -76,3 +80,14 @@ async def test_the_naive_nested_transactions_send_the_same_work_one_statement_at
     assert sum(s.startswith("SAVEPOINT") for s in naive_sent.statements) == 3
     assert naive_sent.round_trips == NAIVE_ROUND_TRIPS == len(naive_sent.statements) == 18  # one wait each
     assert await scalar(harness, "SELECT count(*) FROM tool_executions WHERE thread_id = %s", (source.thread_id,)) == 6
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two"])
+def test_bench_repeats_below_one_or_not_a_number_is_a_usage_error(value, capsys):
+    from agentlab.cli.main import build_parser
+
+    with pytest.raises(SystemExit) as stop:
+        build_parser().parse_args(["bench", "--repeats", value])
+    assert stop.value.code == 2
+    assert f"argument --repeats: {value!r} is not a whole number of at least 1" in capsys.readouterr().err
+    assert build_parser().parse_args(["bench", "--quick", "--repeats", "1"]).repeats == 1

@@ -43,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -636,10 +636,26 @@ def render(report: Report) -> str:
     return "\n".join(lines)
 
 
+def _positive_int(text: str) -> int:
+    """``--repeats``' type: an integer of at least 1; anything else is a usage error (exit 2) saying so."""
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return n
+
+
 def add_arguments(parser) -> None:
     """The ``bench`` subcommand's options."""
     parser.add_argument("--quick", action="store_true", help="fewer repeats and episodes: within a minute")
     parser.add_argument("--json", action="store_true", help="print one JSON object with every figure and ratio")
+    parser.add_argument("--repeats", type=_positive_int, default=None, metavar="N",
+                        help="repeat each measurement N times (default: 3 with --quick, 5 without); 1 is a smoke run, "
+                             "more a steadier median")
     from agentlab.lab.options import Distinct
 
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=None, metavar="SECTION", action=Distinct,
@@ -653,7 +669,10 @@ def main(args) -> int:
     from agentlab.lab.parallel import run_loop
 
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)  # the workshop's faults kill backends
-    report = run_loop(run_bench(QUICK if args.quick else FULL,
+    mode = QUICK if args.quick else FULL
+    if args.repeats is not None:
+        mode = replace(mode, repeats=args.repeats)
+    report = run_loop(run_bench(mode,
                                 tuple(args.only or (QUICK_SECTIONS if args.quick else SECTIONS))))
     print(json.dumps(report.as_dict()) if args.json else render(report))
     return 0
