@@ -83,3 +83,19 @@ def test_a_stopped_server_ends_the_run_with_one_line_and_exit_2(private_server):
     assert len(lines) == 1 and "Traceback" not in err
     assert lines[0].startswith("agentlab: lost the database server during the run")
     assert "python -m agentlab db start" in lines[0]
+
+
+def test_ctrl_c_while_python_loads_the_command_line_prints_one_line_and_exits_130(tmp_path):
+    # a Ctrl-C that lands while `python -m agentlab` imports its own command line (the first ~50 ms): made
+    # certain here by an import hook that raises KeyboardInterrupt when agentlab.cli.main is imported
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'agentlab.cli.main':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupt())\n")
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", "agentlab", "db", "list"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stderr, done.stdout) == (130, "agentlab: interrupted\n", "")
