@@ -16,6 +16,7 @@ with a module-scoped fixture, which stay together on one worker; the longest uni
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -77,8 +78,6 @@ def pytest_xdist_auto_num_workers(config) -> int:
     """``-n auto``: one worker per core and one more. A few tests mostly wait (the yardstick's wire latency,
     fault timeouts, a kernel starting): a third worker on 2 cores keeps the CPU busy through those waits
     (5 min 36 s against 6 min 19 s for the suite without the browser test, measured idle)."""
-    import os
-
     return (os.cpu_count() or 1) + 1
 
 

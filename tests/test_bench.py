@@ -82,12 +82,13 @@ async def test_the_naive_nested_transactions_send_the_same_work_one_statement_at
     assert await scalar(harness, "SELECT count(*) FROM tool_executions WHERE thread_id = %s", (source.thread_id,)) == 6
 
 
-@pytest.mark.parametrize("value", ["0", "-2", "two"])
-def test_bench_repeats_below_one_or_not_a_number_is_a_usage_error(value, capsys):
+@pytest.mark.parametrize("value, says", [("0", "must be at least 1, got 0"), ("-2", "must be at least 1, got -2"),
+                                         ("two", "expected a whole number, got 'two'")])
+def test_bench_repeats_below_one_or_not_a_number_is_a_usage_error(value, says, capsys):
     from agentlab.cli.main import build_parser
 
     with pytest.raises(SystemExit) as stop:
         build_parser().parse_args(["bench", "--repeats", value])
     assert stop.value.code == 2
-    assert f"argument --repeats: {value!r} is not a whole number of at least 1" in capsys.readouterr().err
+    assert f"argument --repeats: {says}" in capsys.readouterr().err
     assert build_parser().parse_args(["bench", "--quick", "--repeats", "1"]).repeats == 1

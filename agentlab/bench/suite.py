@@ -636,28 +636,15 @@ def render(report: Report) -> str:
     return "\n".join(lines)
 
 
-def _positive_int(text: str) -> int:
-    """``--repeats``' type: an integer of at least 1; anything else is a usage error (exit 2) saying so."""
-    import argparse
-
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
-    return n
-
-
 def add_arguments(parser) -> None:
     """The ``bench`` subcommand's options."""
     parser.add_argument("--quick", action="store_true", help="fewer repeats and episodes: within a minute")
     parser.add_argument("--json", action="store_true", help="print one JSON object with every figure and ratio")
-    parser.add_argument("--repeats", type=_positive_int, default=None, metavar="N",
+    from agentlab.lab.options import Distinct, positive_int
+
+    parser.add_argument("--repeats", type=positive_int, default=None, metavar="N",
                         help="repeat each measurement N times (default: 3 with --quick, 5 without); 1 is a smoke run, "
                              "more a steadier median")
-    from agentlab.lab.options import Distinct
-
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=None, metavar="SECTION", action=Distinct,
                         help=f"measure these sections only ({' '.join(SECTIONS)})")
 

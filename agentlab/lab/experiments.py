@@ -29,9 +29,6 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import psycopg
-from psycopg_pool import PoolTimeout
-
 from agentlab.runtime import db
 from agentlab.core.errors import DomainError, is_infrastructure
 from agentlab.lab.faults import FAULTS, fault_scenarios, faults_for, get_fault, injected_by_script
@@ -292,15 +289,9 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
                         await lab.install(f)
 
             await h.watched(install())
-            try:
-                results, wall_s, cpu_s = await run_sharded(
-                    url, jobs, by_name, run_jobs=run_jobs, workers=workers, seed=seed, concurrency=concurrency,
-                    durability=durability, on_done=lambda n: bar.update(n - bar.n))
-            except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
-                # a worker lost its connection before this process's watchdog saw the server go (one still
-                # opening its pools, on a loaded machine): a server that is gone is told as one process tells it
-                await h.ensure_reachable(cause=exc)  # raises DatabaseUnavailable / DatabaseMissing
-                raise
+            results, wall_s, cpu_s = await h.watched(run_sharded(  # a server gone is told as one process tells it
+                url, jobs, by_name, run_jobs=run_jobs, workers=workers, seed=seed, concurrency=concurrency,
+                durability=durability, on_done=lambda n: bar.update(n - bar.n)))
         else:
             results, wall_s, cpu_s = await run_jobs(h, jobs, by_name, seed=seed, concurrency=concurrency,
                                                     durability=durability, on_done=lambda: bar.update(1), model=model)

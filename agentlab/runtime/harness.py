@@ -291,14 +291,21 @@ class Harness:
 
     async def watched(self, coro: Coroutine[Any, Any, T]) -> T:
         """Await ``coro`` with :meth:`watch_server` beside it: if the server goes away first, ``coro`` is
-        cancelled and :class:`agentlab.runtime.db.DatabaseUnavailable` raised (within about two seconds)."""
+        cancelled and :class:`agentlab.runtime.db.DatabaseUnavailable` raised (within about two seconds).
+        A connection error ``coro`` raises before the watchdog has seen anything (a worker process that lost
+        its connection first) is checked the same way (:meth:`ensure_reachable`): a server or database that
+        is gone is told as such, else the error is raised as it is."""
         work = asyncio.ensure_future(coro)
         watchdog = asyncio.ensure_future(self.watch_server())
         try:
             await asyncio.wait({work, watchdog}, return_when=asyncio.FIRST_COMPLETED)
             if not work.done():
                 watchdog.result()  # the server is gone: raises
-            return await work
+            try:
+                return await work
+            except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
+                await self.ensure_reachable(exc)  # raises DatabaseUnavailable / DatabaseMissing when gone
+                raise
         except BaseException:  # the server is gone, or this run was cancelled (Ctrl-C)
             work.cancel()
             await asyncio.gather(work, return_exceptions=True)
