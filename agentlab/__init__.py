@@ -13,6 +13,9 @@ _EXPORTS = {
     "bench.suite": (
         "run_bench",
     ),
+    "core.checkpoints": (
+        "RetryingSaver",
+    ),
     "core.domain": (
         "Domain", "Invariant", "InvariantContext", "Migration", "Violation", "migrate_domain",
     ),
@@ -27,7 +30,10 @@ _EXPORTS = {
         "AgentState", "build_graph", "repair_orphans", "retry_policy", "run_config",
     ),
     "core.isolation": (
-        "TenantMismatch", "TenantRequired",
+        "TenantMismatch", "TenantRequired", "unisolated_tables",
+    ),
+    "core.leased_graph": (
+        "LeasedGraph", "RunLeases",
     ),
     "core.messages": (
         "unanswered_tool_calls",
@@ -36,15 +42,22 @@ _EXPORTS = {
         "CHARGE_TOPIC", "DrainStats", "NOTIFY_TOPIC", "OutboxWorker", "REFUND_TOPIC", "enqueue", "outbox_counts",
         "send_payment",
     ),
+    "core.pools": (
+        "RESET_SESSION", "connection_pool",
+    ),
     "core.run_lock": (
-        "LeaseLost", "ThreadBusy", "ThreadLease", "acquire_lease", "invoke_with_lease", "release_lease",
-        "thread_lease",
+        "LeaseLost", "ThreadBusy", "ThreadLease", "acquire_lease", "invoke_with_lease", "keep_alive",
+        "release_lease", "thread_lease",
     ),
     "core.safeguards": (
         "ISOLATION_LEVELS", "PRESETS", "PRESET_NOTES", "Policy", "Safeguards", "preset",
     ),
-    "core.tools_node": (
-        "BatchResult", "CallResult", "Outcome", "TransactionalToolsNode", "idempotency_key",
+    "core.batch": (
+        "BatchResult", "BudgetSpent", "CallBudgets", "CallResult", "Outcome", "TransactionalToolsNode",
+        "idempotency_key",
+    ),
+    "core.schema": (
+        "TENANT_PREDICATE",
     ),
     "core.scenario": (
         "C", "PlannedCall", "Scenario",
@@ -75,8 +88,8 @@ _EXPORTS = {
         "retail_domain",
     ),
     "durable.approval": (
-        "APPROVAL", "ApprovalPolicy", "approval_requests", "interrupts_of", "pending_requests",
-        "resume_command", "resume_days_later",
+        "APPROVAL", "ApprovalPolicy", "approval_decisions", "approval_requests", "edit_call", "interrupts_of",
+        "pending_requests", "reject_call", "resume_command", "resume_days_later",
     ),
     "durable.history": (
         "NoCheckpoint", "fork", "replay", "replay_and_fork_experiment", "resume_thread", "run_from", "thread_counts",
@@ -115,6 +128,9 @@ _EXPORTS = {
     "lab.agents.toolnode": (
         "build_toolnode_agent",
     ),
+    "lab.budgets": (
+        "compare_budgets",
+    ),
     "lab.charts": (
         "experiment_heatmap", "heatmap",
     ),
@@ -152,8 +168,14 @@ _EXPORTS = {
     "lab.row_lock": (
         "RowLock",
     ),
+    "lab.traces": (
+        "span_frame", "trace_waterfall", "traced_episode",
+    ),
+    "lab.process": (
+        "AgentProcess",
+    ),
     "lab.runner": (
-        "AgentProcess", "FaultRun", "Lab", "run_fault",
+        "FaultRun", "Lab", "run_fault",
     ),
     "lab.session": (
         "LabResult", "LabSession", "lab_charts", "lab_run", "ledger_chart", "rollback_rate_chart",
@@ -175,8 +197,11 @@ _EXPORTS = {
     "lab.yardstick_table": (
         "YardstickResult", "run_yardstick", "versions",
     ),
-    "runtime.db": (
-        "DatabaseMissing", "DatabaseUnavailable", "create_database", "drop_database", "server_url",
+    "runtime.conninfo": (
+        "DatabaseMissing", "DatabaseUnavailable",
+    ),
+    "runtime.databases": (
+        "create_database", "drop_database",
     ),
     "runtime.harness": (
         "Episode", "Harness", "HarnessClosed",
@@ -186,6 +211,9 @@ _EXPORTS = {
     ),
     "runtime.notebook": (
         "open_notebook",
+    ),
+    "runtime.server": (
+        "server_url",
     ),
     "sim.model": (
         "ScriptedChatModel", "classify",

@@ -10,6 +10,11 @@ fault x preset table with::
 tools node gives it a savepoint, the ledger and the retry policy, the outbox worker pays it exactly once.
 The invariant reads the database and the provider: each account's balance is its opening balance minus
 the payouts the scenario meant, and the provider paid each of them once.
+
+Tenant isolation: ``full`` runs the tools as the agent role, and the kit refuses a domain whose tables
+that role can reach without row-level security (case C42). So the second migration turns it on: a tool
+sees only the accounts of its thread's tenant, and the payouts of those accounts; another tenant's
+account id answers ``FAILED [not_found]``, as an id that does not exist.
 """
 
 from __future__ import annotations
@@ -17,11 +22,12 @@ from __future__ import annotations
 from pydantic import Field
 
 from agentlab import (
-    AGENT_ROLE, REFUND_TOPIC, C, Domain, Invariant, Migration, NotFound, PlannedCall, Scenario, StrictArgs, Toolset,
-    send_payment, tool,
+    AGENT_ROLE, REFUND_TOPIC, TENANT_PREDICATE, C, Domain, Invariant, Migration, NotFound, PlannedCall, Scenario,
+    StrictArgs, Toolset, send_payment, tool,
 )
 
-# -- the schema: append-only, in a schema of its own; full runs the tools as the agent role, so grant it
+# -- the schema: append-only, in a schema of its own; full runs the tools as the agent role: grant it what
+#    the tool needs, and let it see one tenant's rows only
 MIGRATIONS = (
     Migration("accounts and payouts", f"""
         CREATE SCHEMA payouts;
@@ -40,6 +46,16 @@ MIGRATIONS = (
         GRANT USAGE ON SCHEMA payouts TO {AGENT_ROLE};
         GRANT SELECT, UPDATE (balance_cents) ON payouts.account TO {AGENT_ROLE};
         GRANT SELECT, INSERT ON payouts.payout TO {AGENT_ROLE};
+    """),
+    Migration("row-level security by tenant: the agent role sees its thread's tenant's accounts only", f"""
+        ALTER TABLE payouts.account ENABLE ROW LEVEL SECURITY;
+        ALTER TABLE payouts.payout ENABLE ROW LEVEL SECURITY;
+        CREATE POLICY account_tenant ON payouts.account TO {AGENT_ROLE}
+            USING ({TENANT_PREDICATE}) WITH CHECK ({TENANT_PREDICATE});
+        -- a payout belongs to its account's tenant: seen and written only through an account the tenant sees
+        CREATE POLICY payout_tenant ON payouts.payout TO {AGENT_ROLE}
+            USING (EXISTS (SELECT 1 FROM payouts.account a WHERE a.id = payout.account_id))
+            WITH CHECK (EXISTS (SELECT 1 FROM payouts.account a WHERE a.id = payout.account_id));
     """),
 )
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,8 +33,8 @@ DROP_THREADS = 8  # drops that wait for checkpoints at the same time share them
 
 # Test files whose tests share a module-scoped fixture: each stays whole on one worker (tests/test_conftest.py
 # checks that this names every such file).
-WHOLE_FILES = frozenset({"tests/test_browser.py", "tests/test_chaos_interrupts.py", "tests/test_experiments.py",
-                         "tests/test_retail_port.py"})
+WHOLE_FILES = frozenset({"tests/test_browser.py", "tests/test_c46_server_restart_mid_run.py",
+                         "tests/test_chaos_interrupts.py", "tests/test_experiments.py", "tests/test_retail_port.py", "tests/test_site.py"})
 # Units that take longest (seconds measured with --durations on 2 cores), sent out first so that none of them
 # starts last and runs alone at the end. The order only moves the wall time, never a result; a unit missing
 # here runs in collection order after these.
@@ -41,6 +42,7 @@ LONGEST_FIRST = (
     "tests/test_browser.py",  # about 6 minutes, whole (one JupyterLab for every notebook)
     "tests/test_rerun_safety.py::test_each_code_cell_run_twice_prints_what_it_stored[19_",  # 82 s
     "tests/test_bench.py::test_bench_quick_json",  # 73 s
+    "tests/test_c53_eight_attendees_at_once.py",  # 43 s alone (eight kernels at once)
     "tests/test_rerun_safety.py::test_each_code_cell_run_twice_prints_what_it_stored[18_",  # 34 s
     "tests/test_yardstick.py::test_chaos_agent_prints_the_table",  # 31 s
     "tests/test_rerun_safety.py::test_each_code_cell_run_twice_prints_what_it_stored[10_",  # 30 s
@@ -53,6 +55,16 @@ LONGEST_FIRST = (
     "tests/test_hostile.py::test_hostile_batches_through_the_full_node",  # 16 s
     "tests/test_c14_notebooks_under_nbval.py::test_c14_a_notebook",  # 15 s
     "tests/test_solutions.py::",
+)
+
+
+# The whole-suite units left out of the fast tier (`pytest -m "not slow"`): each is a minute or more of CPU, and
+# what it runs is reached by a faster test too (every module is imported and exercised without them).
+SLOW = (
+    "tests/test_browser.py", "tests/test_rerun_safety.py::", "tests/test_c14_notebooks_under_nbval.py::test_c14_a_notebook",
+    "tests/test_bench.py::test_bench_quick_json", "tests/test_yardstick.py::test_chaos_agent_prints_the_table",
+    "tests/test_chaos_interrupts.py", "tests/test_retail_port.py", "tests/test_hostile.py::test_hostile_batches",
+    "tests/test_c46_server_restart_mid_run.py", "tests/test_experiments.py",
 )
 
 
@@ -69,16 +81,49 @@ def _rank(nodeid: str) -> int:
 
 def pytest_collection_modifyitems(config, items):
     """Put the longest units first (:data:`LONGEST_FIRST`); a unit's tests keep their order (a notebook's
-    cells run in order). Every worker collects and sorts the same way, so their collections agree."""
+    cells run in order). Every worker collects and sorts the same way, so their collections agree. A test
+    named after a case (``test_c25_...``, or in a file ``test_c25_...``) gets the marker ``case("C25")``
+    unless it carries one (``pytest -m case`` runs them all; ``tests/case_index.py`` lists them by case)."""
+    for item in items:
+        if item.nodeid.startswith(SLOW):
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("case") is None and (found := case_of(item.name, item.path.name)):
+            item.add_marker(pytest.mark.case(found))
     items.sort(key=lambda item: _rank(item.nodeid))  # stable: the order within a rank is kept
+
+
+def case_of(*names: str) -> str | None:
+    """The case id (``"C25"``) a test or file name carries (``test_c25_...``), None when none does."""
+    for name in names:
+        m = re.match(r"test_c(\d\d)_", name)
+        if m:
+            return f"C{m.group(1)}"
+    return None
+
+
+CONNECTIONS_PER_WORKER = 45  # what one xdist worker may hold on the server at its peak (an experiment, a re-run)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config) -> int:
     """``-n auto``: one worker per core and one more. A few tests mostly wait (the yardstick's wire latency,
     fault timeouts, a kernel starting): a third worker on 2 cores keeps the CPU busy through those waits
-    (5 min 36 s against 6 min 19 s for the suite without the browser test, measured idle)."""
-    return (os.cpu_count() or 1) + 1
+    (5 min 36 s against 6 min 19 s for the suite without the browser test, measured idle).
+
+    On a server of ``DATABASE_URL``, also no more workers than its ``max_connections`` holds at
+    :data:`CONNECTIONS_PER_WORKER` each: a worker running an experiment or a notebook's re-run holds up to ~40,
+    and three of them at once met "too many clients already" on a default server of 100 (the kit's embedded
+    server allows 300)."""
+    workers = (os.cpu_count() or 1) + 1
+    url = os.environ.get("DATABASE_URL", "").strip()
+    if url:
+        try:
+            with psycopg.connect(url, connect_timeout=3) as conn:
+                max_connections = int(conn.execute("SHOW max_connections").fetchone()[0])
+            workers = max(1, min(workers, max_connections // CONNECTIONS_PER_WORKER))
+        except (psycopg.Error, ValueError):
+            pass  # no server: the tests say so themselves
+    return workers
 
 
 def pytest_xdist_make_scheduler(config, log):

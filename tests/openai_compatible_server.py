@@ -13,6 +13,10 @@ responses (``tests/data/openai_compatible/*.json``) and enforces the history rul
 - ``{{customer:N}}`` in a recorded argument stands for the N-th id the first user message names
   (``The customer ids: Acme Analytics = 17.``), as a model reads it from the prompt.
 - ``GET /v1/models`` lists the recorded models.
+- A recording may be given as a dict instead of a file name (shapes written for a test, not recorded).
+  A response may be ``{"raw": TEXT, "content_type": TYPE}``, sent as it is (streamed or not), or
+  ``{"attempts": [R0, R1, ...]}``: the k-th request of that turn gets ``R{k}`` (the last one from then on),
+  for a client that asks again after a reply it could not read.
 
 Every request body is kept in :attr:`RecordedServer.requests` (the history as the client sent it).
 """
@@ -85,30 +89,38 @@ def _sse_chunks(body: dict, include_usage: bool) -> list[dict]:
 
     out = [chunk({"role": "assistant", "content": ""})]
     content = msg.get("content") or ""
-    for k in range(0, len(content), 12):
-        out.append(chunk({"content": content[k:k + 12]}))
+    for piece in _pieces(content, 12):
+        out.append(chunk({"content": piece}))
     for i, tc in enumerate(msg.get("tool_calls") or []):
         out.append(chunk({"tool_calls": [{"index": i, "id": tc.get("id"), "type": "function",
-                                          "function": {"name": tc["function"]["name"], "arguments": ""}}]}))
-        args = tc["function"]["arguments"]
-        for k in range(0, len(args), 9):
-            out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": args[k:k + 9]}}]}))
+                                          "function": {"name": tc["function"].get("name"), "arguments": ""}}]}))
+        for piece in _pieces(tc["function"]["arguments"], 9):
+            out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}))
     out.append(chunk({}, choice["finish_reason"]))
     if include_usage:
         out.append({**base, "choices": [], "usage": body.get("usage")})
     return out
 
 
+def _pieces(value, size: int) -> list:
+    """A text cut in pieces of ``size`` characters, as a server streams it; any other value in one piece."""
+    if not isinstance(value, str):
+        return [value]
+    return [value[k:k + size] for k in range(0, len(value), size)]
+
+
 class RecordedServer:
     """The server on ``127.0.0.1`` (a free port) in a daemon thread; a context manager.
 
     Args:
-        names: the recordings to serve (file names under ``tests/data/openai_compatible`` without ``.json``).
+        names: the recordings to serve (file names under ``tests/data/openai_compatible`` without ``.json``,
+            or recordings as dicts).
     """
 
-    def __init__(self, *names: str):
-        self.recordings = {r["model"]: r for r in map(recording, names)}
+    def __init__(self, *names: str | dict):
+        self.recordings = {r["model"]: r for r in (n if isinstance(n, dict) else recording(n) for n in names)}
         self.requests: list[dict] = []
+        self._served: dict[tuple[str, int], int] = {}  # (model, turn) -> requests answered
         self.rejected: list[list[str]] = []
         self.streamed = 0
         self._lock = threading.Lock()
@@ -144,12 +156,18 @@ class RecordedServer:
         if turn >= len(rec["responses"]):
             return 500, {"error": {"message": f"no recorded response for turn {turn}", "type": "test_server"}}
         body = rec["responses"][turn]
+        if "attempts" in body:
+            with self._lock:
+                k = self._served[(rec["model"], turn)] = self._served.get((rec["model"], turn), -1) + 1
+            body = body["attempts"][min(k, len(body["attempts"]) - 1)]
+        if "raw" in body:
+            return 200, body
         first_user = next((m.get("content") for m in request["messages"] if m.get("role") == "user"), "") or ""
         ids = re.findall(r"= (\d+)", first_user if isinstance(first_user, str) else json.dumps(first_user))
         if ids:  # {{customer:N}}: the N-th id the prompt names, as a model reads it
             text = json.dumps(body)
             for n, cid in enumerate(ids):
-                text = text.replace("{{customer:%d}}" % n, cid)
+                text = text.replace(f"{{{{customer:{n}}}}}", cid)
             body = json.loads(text)
         if request.get("stream"):
             with self._lock:
@@ -179,6 +197,14 @@ class RecordedServer:
                 self.end_headers()
                 self.wfile.write(raw)
 
+            def _send_raw(self, text: str, ctype: str) -> None:
+                raw = text.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
             def do_GET(self):
                 if self.path.rstrip("/") == "/v1/models":
                     self._send(200, {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "test"}
@@ -193,6 +219,9 @@ class RecordedServer:
                     self._send(404, {"error": {"message": "not found"}})
                     return
                 status, payload = server.answer(request)
+                if isinstance(payload, dict) and "raw" in payload:
+                    self._send_raw(payload["raw"], payload.get("content_type", "application/json"))
+                    return
                 self._send(status, payload, sse=status == 200 and bool(request.get("stream")))
 
         return Handler

@@ -29,9 +29,14 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from agentlab.core.schema import AGENT_ROLE
+from agentlab.runtime import db
+
 INSTALL_HINT = "pgbouncer is not installed: `apt-get install -y pgbouncer` (Debian's package) to run this test"
 START_WAIT_S = 10.0
 
+# query_wait_timeout: PgBouncer's default (120 s). A client queued behind the pool_size server connections
+# waits for one; at 15 s a loaded machine (CI running notebooks beside the suite) timed a drain out.
 INI = """\
 [databases]
 * = host={host} port={port}
@@ -48,7 +53,7 @@ min_pool_size = 0
 max_client_conn = 400
 max_db_connections = {pool_size}
 server_lifetime = 3600
-query_wait_timeout = 15
+query_wait_timeout = 120
 log_connections = 0
 log_disconnections = 0
 """
@@ -95,9 +100,11 @@ def pgbouncer(url: str, *, pool_size: int = 2):
     run_as = _run_as(host)
     folder = Path(tempfile.mkdtemp(prefix="agentlab-pgbouncer-"))
     try:
-        for attempt in range(3):  # a free port can be taken between the probe and the bind
+        for _attempt in range(3):  # a free port can be taken between the probe and the bind
             listen_port = _free_port()
-            (folder / "userlist.txt").write_text(f'"{user}" "{password}"\n')
+            # the agent role logs in on its own under isolation (case C45): the pooler must know it too
+            agent_password = os.environ.get(db.AGENT_PASSWORD_ENV, "")
+            (folder / "userlist.txt").write_text(f'"{user}" "{password}"\n"{AGENT_ROLE}" "{agent_password}"\n')
             (folder / "pgbouncer.ini").write_text(INI.format(host=host, port=port, listen_port=listen_port,
                                                              userlist=folder / "userlist.txt", pool_size=pool_size))
             if run_as is not None:  # the user PgBouncer becomes reads its files

@@ -5,23 +5,30 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from agentlab.durable.approval import (
-    APPROVAL, REJECTED_MESSAGE, ApprovalPolicy, interrupts_of, pending_requests, resume_command, resume_days_later,
-)
 from agentlab.core.errors import SimulatedCrash
 from agentlab.core.graph import build_graph, run_config
 from agentlab.core.messages import unanswered_tool_calls
-from agentlab.sim.model import ScriptedChatModel, classify
-from agentlab.sim.provider import customer_ref
 from agentlab.core.safeguards import preset
 from agentlab.domains.billing.scenarios import C, CustomerSpec, Intended, PlannedCall, Scenario
+from agentlab.durable.approval import (
+    APPROVAL,
+    REJECTED_MESSAGE,
+    ApprovalPolicy,
+    interrupts_of,
+    pending_requests,
+    resume_command,
+    resume_days_later,
+)
+from agentlab.sim.model import ScriptedChatModel, classify
+from agentlab.sim.provider import customer_ref
 from conftest import fetch, scalar
 
 DAY_S = 86400
 
 
-async def start(h, scenario=APPROVAL, policy=ApprovalPolicy(), thread="t-approval"):
+async def start(h, scenario=APPROVAL, policy=None, thread="t-approval"):
     """Play ``scenario`` with an approval step until it stops; return graph, config, ids, tools node, result."""
+    policy = policy if policy is not None else ApprovalPolicy()
     sg = preset("full")
     ids = await h.create_customers(scenario, sg)
     node = h.node(sg)

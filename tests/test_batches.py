@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import json
 
-from agentlab.lab.batches import (
-    BATCH_COLUMNS, STEP_COLUMNS, batch_frame, customer_rows, new_customer, steps_frame, tool_calls,
-)
 from agentlab.core.safeguards import preset
+from agentlab.lab.batches import (
+    BATCH_COLUMNS,
+    STEP_COLUMNS,
+    batch_frame,
+    customer_rows,
+    new_customer,
+    steps_frame,
+    tool_calls,
+)
 
 
 def test_tool_calls_have_the_shape_of_ai_message_tool_calls_and_fixed_ids():

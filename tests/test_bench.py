@@ -10,14 +10,22 @@ import sys
 
 import pytest
 
+from agentlab.bench.batch import (
+    NAIVE_ROUND_TRIPS,
+    NODE_ROUND_TRIPS,
+    BatchSource,
+    create_bench_customer,
+    naive_batch,
+    node_batch,
+    plain_batch,
+    traced_statements,
+)
+from agentlab.bench.suite import FIGURES, GOALS, NETWORK_RTTS_MS, RATIOS, TAU2_FIGURES, network_figure
+from agentlab.core.events import EventLog
+from agentlab.core.safeguards import preset
+from agentlab.core.tools_node import TransactionalToolsNode
 from agentlab.domains.billing.tools import TOOLS
 from agentlab.runtime import db
-from agentlab.bench.suite import FIGURES, GOALS, NETWORK_RTTS_MS, RATIOS, TAU2_FIGURES, network_figure
-from agentlab.bench.batch import (NAIVE_ROUND_TRIPS, NODE_ROUND_TRIPS, BatchSource, create_bench_customer, naive_batch,
-                                  node_batch, plain_batch, traced_statements)
-from agentlab.core.events import EventLog
-from agentlab.core.tools_node import TransactionalToolsNode
-from agentlab.core.safeguards import preset
 from conftest import scalar
 
 
@@ -79,6 +87,22 @@ async def test_the_naive_nested_transactions_send_the_same_work_one_statement_at
     assert work(naive_sent) == work(node_sent)
     assert sum(s.startswith("SAVEPOINT") for s in naive_sent.statements) == 3
     assert naive_sent.round_trips == NAIVE_ROUND_TRIPS == len(naive_sent.statements) == 18  # one wait each
+    assert await scalar(harness, "SELECT count(*) FROM tool_executions WHERE thread_id = %s", (source.thread_id,)) == 6
+
+
+async def test_the_reference_path_sends_the_pipelined_work_in_a_round_trip_each(harness):
+    """The node's reference strategy (psycopg's nested transactions, ``core/batch/savepoints.py``) sends what
+    the pipelined strategy sends, the same savepoint name included, one statement per round trip after the
+    pipelined opening: what the bench's "reference path" row times."""
+    from agentlab.core.batch import SavepointStrategy
+
+    source = BatchSource(await create_bench_customer(harness.pool))
+    sent = {name: await traced_statements(harness.url, lambda pool, strategy=strategy: node_batch(
+        TransactionalToolsNode(pool, preset("full"), toolset=TOOLS, events=EventLog(None), strategy=strategy),
+        source.next())) for name, strategy in (("pipelined", None), ("reference", SavepointStrategy()))}
+    assert sent["reference"].statements == sent["pipelined"].statements
+    # BEGIN + prelude + tenant + look-up in one; then SAVEPOINT, each statement, ledger row, RELEASE; COMMIT
+    assert sent["reference"].round_trips == 1 + (3 + 3 + 4) + 3 + 1 == 15
     assert await scalar(harness, "SELECT count(*) FROM tool_executions WHERE thread_id = %s", (source.thread_id,)) == 6
 
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from pydantic import PrivateAttr
 
-from agentlab.core.messages import NOT_APPLIED_PREFIX, ORPHANED_CALL
 from agentlab.core.graph import build_graph, run_config
-from agentlab.core.messages import unanswered_tool_calls
-from agentlab.sim.model import ScriptedChatModel
-from agentlab.core.tools_node import idempotency_key
+from agentlab.core.messages import NOT_APPLIED_PREFIX, ORPHANED_CALL, unanswered_tool_calls
 from agentlab.core.safeguards import preset
+from agentlab.core.tools_node import idempotency_key
+from agentlab.sim.model import ScriptedChatModel
 from conftest import scalar
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from agentlab.core.errors import find_leaks
 from agentlab.core.messages import EARLIER_CALL_FAILED, FAILED_PREFIX, NOT_APPLIED_TEMPLATE
-from agentlab.core.tools_node import Outcome
 from agentlab.core.safeguards import preset
+from agentlab.core.tools_node import Outcome
 from conftest import fetch, scalar
 
 

@@ -15,8 +15,8 @@ import psycopg
 
 from agentlab.core.errors import find_leaks
 from agentlab.core.messages import BATCH_ROLLED_BACK, FAILED_PREFIX, NOT_APPLIED_TEMPLATE
-from agentlab.core.tools_node import Outcome
 from agentlab.core.safeguards import preset
+from agentlab.core.tools_node import Outcome
 from conftest import fetch, scalar
 
 CALLS = [

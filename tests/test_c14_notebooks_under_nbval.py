@@ -22,11 +22,11 @@ matplotlib.use("Agg")
 import nbformat
 import pytest
 
-from agentlab.runtime import db
 from agentlab.lab.session import LabSession
+from agentlab.lab.widget import FailureLab
+from agentlab.runtime import db
 from agentlab.runtime.harness import Harness
 from agentlab.runtime.notebook import honour_semicolons
-from agentlab.lab.widget import FailureLab
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))

@@ -2,10 +2,11 @@
 
 The refund story twice at once (``asyncio.gather``) on one ``thread_id`` and one customer, models with
 seeds 0 and 1 (fresh tool call ids, as two submissions of one request to a real LLM would have). The
-advisory lock serializes batches, not runs: without the thread lease both runs act and both write
-checkpoints from no parent, so the thread's checkpoint chain forks. With it the second run is refused
-with ThreadBusy before it sends anything (the kit's decision: refuse, after an optional bounded wait),
-and the database holds one memo, one refund, one deduction, one payment and one chain.
+advisory lock serializes batches, not runs: without the thread lease (``full`` with ``run_lock=False``)
+both runs act and both write checkpoints from no parent, so the thread's checkpoint chain forks. With it
+the second run is refused with ThreadBusy before it sends anything (the kit's decision: refuse, after an
+optional bounded wait), and the database holds one memo, one refund, one deduction, one payment and one
+chain. Here the runs go through ``invoke_with_lease``; the same through a plain ``graph.ainvoke`` is C41.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from langchain_core.messages import HumanMessage
 
 from agentlab.core.graph import build_graph, run_config
 from agentlab.core.run_lock import (
-    LeaseLost, ThreadBusy, acquire_lease, invoke_with_lease, release_lease, run_token, thread_lease,
+    LeaseLost,
+    ThreadBusy,
+    acquire_lease,
+    invoke_with_lease,
+    release_lease,
+    run_token,
+    thread_lease,
 )
 from agentlab.core.safeguards import preset
 from agentlab.domains.billing.scenarios import get_scenario
@@ -34,9 +41,11 @@ FROM checkpoints WHERE thread_id = %(t)s AND checkpoint_ns = ''
 
 
 async def play_two_runs(h, *, lease: bool, thread: str, wait_ms: int = 0) -> tuple[list[int], list]:
-    """The refund story twice at once on ``thread`` (models seeded 0 and 1), with or without the thread
-    lease; the outbox drained. Returns the customer ids and the two runs' results (or what they raised)."""
-    sc, sg = get_scenario("refund"), preset("full")
+    """The refund story twice at once on ``thread`` (models seeded 0 and 1), through ``invoke_with_lease``
+    under ``full``, or without the thread lease (``full`` with ``run_lock=False``: the graph takes none
+    either); the outbox drained. Returns the customer ids and the two runs' results (or what they raised)."""
+    sc = get_scenario("refund")
+    sg = preset("full") if lease else preset("full").replace(run_lock=False, name="full-without-run-lock")
     ids = await h.create_customers(sc, sg)
 
     async def run(seed: int):
@@ -68,7 +77,7 @@ async def _two_runs_at_once(h, *, lease: bool, thread: str, wait_ms: int = 0):
 async def test_c18_without_the_lease_two_runs_on_one_thread_fork_its_checkpoint_chain(harness):
     results, state = await _two_runs_at_once(harness, lease=False, thread="c18-no-lease")
     assert not any(isinstance(r, BaseException) for r in results)
-    checkpoints, roots, children = state["chain"]
+    _checkpoints, roots, _children = state["chain"]
     assert roots == 2  # both runs started from no checkpoint: two chains on one thread
     # the natural keys and the atomic batch still hold the money here; the history does not
     assert (state["memos"], state["refunds"], state["payments"], state["credit"]) == (1, 1, 1, 2500)
@@ -93,7 +102,7 @@ async def test_c18_a_bounded_wait_lets_the_second_run_follow_the_first(harness):
     # the second run ran after the first, on its history: its memo and refund are refused by the natural
     # keys, so its batch rolls back and the credit is deducted once
     assert (state["memos"], state["refunds"], state["payments"], state["credit"]) == (1, 1, 1, 2500)
-    checkpoints, roots, children = state["chain"]
+    _checkpoints, roots, children = state["chain"]
     assert roots == 1 and children == 1
 
 

@@ -34,6 +34,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # literal blocks that are diagrams, not code: (where, first line)
 NOT_CODE = {
     ("agentlab.core.errors", "AgentlabError                   base of every error the kit raises on purpose"),
+    ("agentlab.core.batch.savepoints", "BEGIN; settings, the thread's lock, the ledger look-up      (opening.open_batch)"),
+    ("agentlab.core.batch.budgets", "SAVEPOINT tool_call"),
+    ("agentlab.core.batch.timeouts", "SAVEPOINT tool_call"),
+    ("agentlab.core.tracing", "invoke_agent agentlab          a run (``ainvoke``, ``astream``, a resume): "
+                              "gen_ai.conversation.id (the thread)"),
     ("agentlab.durable.jobs", "pending ──claim──> running ──complete──> succeeded          (result stored, same transaction"),
 }
 
@@ -85,8 +90,12 @@ def docstring_examples() -> list[tuple[str, str, str]]:
     return found
 
 
-def readme_examples() -> list[str]:
-    return re.findall(r"^```python\n(.*?)^```", (ROOT / "README.md").read_text(), re.MULTILINE | re.DOTALL)
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def readme_examples(path: Path = ROOT / "README.md") -> list[str]:
+    """The ```python blocks of ``path`` (the README or a page of ``docs/``), in order."""
+    return re.findall(r"^```python\n(.*?)^```", path.read_text(), re.MULTILINE | re.DOTALL)
 
 
 def is_python(block: str) -> bool:
@@ -112,7 +121,7 @@ MODULES = sorted({m for m, _, b in EXAMPLES if is_python(b)})
 def test_c30_every_literal_block_that_is_not_python_is_a_known_diagram():
     not_code = {(m, b.splitlines()[0]) for m, _, b in EXAMPLES if not is_python(b)}
     assert not_code == NOT_CODE
-    assert len(MODULES) >= 5 and len(readme_examples()) >= 2
+    assert len(MODULES) >= 5 and sum(len(readme_examples(p)) for p in DOCS) >= 2
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -123,10 +132,11 @@ async def test_c30_the_docstring_examples_of_each_module_run(module, harness):
     plt.close("all")
 
 
-async def test_c30_the_readme_python_examples_run_in_order(harness):
+@pytest.mark.parametrize("path", [p for p in DOCS if readme_examples(p)], ids=lambda p: p.name)
+async def test_c30_the_readme_and_docs_python_examples_run_in_order(harness, path):
     namespace = {**PUBLIC, "h": harness}
-    for n, block in enumerate(readme_examples(), 1):
-        await run_example(block, namespace, f"README.md python block {n}")
+    for n, block in enumerate(readme_examples(path), 1):
+        await run_example(block, namespace, f"{path.name} python block {n}")
     plt.close("all")
 
 

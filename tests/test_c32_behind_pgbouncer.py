@@ -21,12 +21,19 @@ import asyncio
 import psycopg
 import pytest
 from langchain_core.messages import HumanMessage
+from pooler import pgbouncer
 from psycopg_pool import AsyncConnectionPool
 
 from agentlab.core.graph import build_graph, run_config
 from agentlab.core.safeguards import preset
 from agentlab.demos.payout_saga import (
-    backward_recovery, escalation, forward_recovery, notice_model, payout_effects, payout_input, store_credit_payout,
+    backward_recovery,
+    escalation,
+    forward_recovery,
+    notice_model,
+    payout_effects,
+    payout_input,
+    store_credit_payout,
 )
 from agentlab.domains.billing.scenarios import CustomerSpec, create_customers, get_scenario
 from agentlab.durable.jobs import JobStore
@@ -37,7 +44,6 @@ from agentlab.lab.row_lock import RowLock
 from agentlab.runtime.harness import Harness
 from agentlab.sim.model import ScriptedChatModel
 from conftest import fetch, scalar
-from pooler import pgbouncer
 
 FAST = {"lock_timeout_ms": 100, "retry": Backoff(max_attempts=4, initial_s=0.01),
         "compensation_retry": Backoff(max_attempts=2, initial_s=0.01)}

@@ -53,8 +53,9 @@ async def test_c37_the_correction_reaches_the_customer_after_the_notice_it_corre
 
 async def test_c37_messages_of_other_threads_are_not_held_up(harness):
     """Only a thread's own earlier message holds a message back: another run's correction goes out."""
-    from agentlab.core.outbox import INSERT_OUTBOX, NOTIFY_TOPIC
     import json
+
+    from agentlab.core.outbox import INSERT_OUTBOX, NOTIFY_TOPIC
 
     async with harness.pool.connection() as conn:
         for key, thread in (("a-notice", "saga:1"), ("b-notice", "saga:2")):

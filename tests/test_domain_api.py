@@ -10,8 +10,26 @@ import pytest
 from pydantic import ConfigDict, Field
 
 from agentlab import (
-    AGENT_ROLE, C, Domain, DomainError, ErrorHints, Harness, Invariant, Migration, PlannedCall, Scenario, StrictArgs,
-    ToolSpec, Toolset, build_graph, migrate_domain, preset, run_config, run_experiment, tool,
+    AGENT_ROLE,
+    TENANT_PREDICATE,
+    C,
+    Domain,
+    DomainError,
+    ErrorHints,
+    Harness,
+    Invariant,
+    Migration,
+    PlannedCall,
+    Scenario,
+    StrictArgs,
+    Toolset,
+    ToolSpec,
+    build_graph,
+    migrate_domain,
+    preset,
+    run_config,
+    run_experiment,
+    tool,
 )
 from agentlab.sim.model import ScriptedChatModel
 
@@ -51,6 +69,8 @@ MIGRATIONS = (Migration("wallets", f"""
                                  balance_cents bigint NOT NULL CHECK (balance_cents >= 0));
     GRANT USAGE ON SCHEMA wallets TO {AGENT_ROLE};
     GRANT SELECT, UPDATE (balance_cents) ON wallets.wallet TO {AGENT_ROLE};
+    ALTER TABLE wallets.wallet ENABLE ROW LEVEL SECURITY;
+    CREATE POLICY wallet_tenant ON wallets.wallet TO {AGENT_ROLE} USING ({TENANT_PREDICATE});
 """),)
 PAY = Scenario("pay", "two withdrawals", "Pay the two bills from my wallet.", customers=(OPENING_CENTS,),
                steps=((PlannedCall("Withdraw", {"wallet_id": C(0), "amount_cents": 2500}),

@@ -6,15 +6,21 @@ and the notifier. Behind a real PgBouncer (transaction mode) the killed-lock-hol
 from __future__ import annotations
 
 import pytest
+from pooler import pgbouncer
 
 from agentlab.core.domain import Violation
 from agentlab.demos.payout_saga import notice_model, store_credit_payout
 from agentlab.lab.durable_faults import (
-    DURABLE_FAULTS, DURABLE_KINDS, DurableRun, durable_fault_table, get_durable_fault, run_durable_fault, without_pivot,
+    DURABLE_FAULTS,
+    DURABLE_KINDS,
+    DurableRun,
+    durable_fault_table,
+    get_durable_fault,
+    run_durable_fault,
+    without_pivot,
 )
 from agentlab.runtime.harness import Harness
 from conftest import fetch
-from pooler import pgbouncer
 
 SAGA = store_credit_payout(notice_model())
 NONE = dict.fromkeys(DURABLE_KINDS, 0)

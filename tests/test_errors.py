@@ -10,14 +10,20 @@ from psycopg import errors as pgerr
 
 from agentlab.core import errors
 from agentlab.core.errors import (
-    COVERED_SQLSTATE_CLASSES, FALLBACK_RULE, RULES, Category, find_leaks, is_infrastructure, translate,
+    COVERED_SQLSTATE_CLASSES,
+    FALLBACK_RULE,
+    RULES,
+    Category,
+    find_leaks,
+    is_infrastructure,
+    translate,
 )
-from agentlab.core.tools_node import Outcome, TransactionalToolsNode
 from agentlab.core.safeguards import preset
-from agentlab.domains.billing.tools import LookupCustomer
-from agentlab.core.toolspec import ToolSpec, Toolset
+from agentlab.core.tools_node import Outcome, TransactionalToolsNode
+from agentlab.core.toolspec import Toolset, ToolSpec
 from agentlab.domains import billing
 from agentlab.domains.billing import errors as billing_errors
+from agentlab.domains.billing.tools import LookupCustomer
 from conftest import fetch
 
 GENERIC = {FALLBACK_RULE, next(r for r in RULES if r.match is psycopg.Error)}

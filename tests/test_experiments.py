@@ -9,10 +9,10 @@ import json
 import pytest
 
 from agentlab.__main__ import main
+from agentlab.core.safeguards import preset
 from agentlab.lab.experiments import LADDER, ROW_COLUMNS, run_experiment
 from agentlab.lab.faults import FAULTS
 from agentlab.lab.invariants import KINDS
-from agentlab.core.safeguards import preset
 
 FAST_FAULTS = ["none", "wrong_type", "stray_quote", "check_violation", "backend_killed", "crash_before_checkpoint",
                "crash_mid_node", "provider_timeout", "worker_crash", "wrong_order"]

@@ -11,11 +11,18 @@ import pandas as pd
 import pytest
 
 from agentlab.lab.experiments import run_experiment
-from agentlab.lab.session import (
-    LEDGER_COUNT_COLUMNS, ROLLBACK_COLUMNS, TOOL_MESSAGE_COLUMNS, LabSession, lab_charts, lab_run, ledger_chart,
-    rollback_rate_chart, rollback_rates,
-)
 from agentlab.lab.ladder import by_group, ladder_chart, rung_table
+from agentlab.lab.session import (
+    LEDGER_COUNT_COLUMNS,
+    ROLLBACK_COLUMNS,
+    TOOL_MESSAGE_COLUMNS,
+    LabSession,
+    lab_charts,
+    lab_run,
+    ledger_chart,
+    rollback_rate_chart,
+    rollback_rates,
+)
 from conftest import fetch, scalar
 
 REFUND_TOOLS = ["ApplyCredit", "CreateCreditMemo", "QueueRefund"]

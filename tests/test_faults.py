@@ -12,12 +12,12 @@ import psycopg
 import pytest
 from langchain_core.messages import AIMessage
 
-from agentlab.lab.faults import FAMILIES, FAULTS, CrashAfterCommit, CrashAfterProviderCall, CrashMidNode, check_catalog
-from agentlab.lab.invariants import count_by_kind
-from agentlab.lab.runner import Lab
 from agentlab.core.errors import ProviderTimeout
 from agentlab.core.safeguards import preset
 from agentlab.domains.billing.tools import charge_dedupe_key
+from agentlab.lab.faults import FAMILIES, FAULTS, CrashAfterCommit, CrashAfterProviderCall, CrashMidNode, check_catalog
+from agentlab.lab.invariants import count_by_kind
+from agentlab.lab.runner import Lab
 from conftest import fetch, scalar
 
 
@@ -183,14 +183,33 @@ async def test_slow_statement_touches_only_the_episodes_customer(harness):
             await fault.disarm(run)
 
 
+async def test_the_lock_holder_waits_for_the_episode_however_slow_and_lets_go_when_it_ends(harness):
+    """A loaded machine may bring the episode to the locked row late: the holder keeps the lock until the
+    episode reaches it or ends (the fault's disarm tells it), not until a clock of its own runs out; told, it
+    commits at once, without having seen a waiter."""
+    from agentlab.lab.nemesis.base import EPISODE_OVER, WAIT_CAP_S
+
+    lab = Lab(harness)
+    fault = FAULTS["lock_timeout"]
+    async with lab:
+        run = await _bare_run(lab, harness, fault)
+        await fault.arm(run)
+        holder = run.background[0]
+        assert WAIT_CAP_S >= 60 and not holder.done() and EPISODE_OVER in run.notes
+        await fault.disarm(run)  # the episode is over without ever touching the row
+        assert holder.done() and "waiter_seen" not in run.notes and EPISODE_OVER not in run.notes
+        async with await psycopg.AsyncConnection.connect(harness.url, autocommit=True) as other:
+            await other.execute("SELECT 1 FROM customers WHERE id = %s FOR UPDATE NOWAIT", (run.customer_ids[0],))
+
+
 async def _bare_run(lab, harness, fault):
     """An EpisodeRun with its customers, for arming a fault without running the graph."""
     import random
 
-    from agentlab.lab.runner import EpisodeRun
     from agentlab.core.outbox import OutboxWorker
     from agentlab.core.safeguards import preset
     from agentlab.domains.billing.scenarios import create_customers, get_scenario
+    from agentlab.lab.runner import EpisodeRun
 
     await lab.start()
     await lab.install(fault)

@@ -12,10 +12,10 @@ from psycopg.pq import TransactionStatus
 
 from agentlab.core.graph import run_config
 from agentlab.core.messages import unanswered_tool_calls
-from agentlab.sim.model import ScriptedChatModel
-from agentlab.core.tools_node import Outcome
 from agentlab.core.safeguards import preset
+from agentlab.core.tools_node import Outcome
 from agentlab.domains.billing.scenarios import PlannedCall
+from agentlab.sim.model import ScriptedChatModel
 from conftest import fetch, scalar
 
 BATCH = [

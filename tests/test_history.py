@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from langchain_core.messages import HumanMessage
 
+from agentlab.core.safeguards import preset
+from agentlab.domains.billing.scenarios import get_scenario
 from agentlab.durable.history import (
-    edit_tool_call, find_checkpoint, fork, replay, replay_and_fork_experiment, run_from, thread_config, thread_counts,
+    edit_tool_call,
+    find_checkpoint,
+    fork,
+    replay,
+    replay_and_fork_experiment,
+    run_from,
+    thread_config,
+    thread_counts,
     thread_history,
 )
 from agentlab.sim.model import ScriptedChatModel
-from agentlab.core.safeguards import preset
-from agentlab.domains.billing.scenarios import get_scenario
 
 REFUND = get_scenario("refund")
 

@@ -104,7 +104,7 @@ def test_every_name_the_reference_lists_exists():
 
 
 def test_every_call_in_the_reference_has_the_parameters_it_shows():
-    for owner, name, params in re.findall(r"`(Harness)\.(\w+)\(([^)]*)\)`", REFERENCE):
+    for _owner, name, params in re.findall(r"`(Harness)\.(\w+)\(([^)]*)\)`", REFERENCE):
         signature = inspect.signature(getattr(Harness, name))
         shown = {p.strip().split("=")[0].lstrip("*") for p in params.split(",") if p.strip() not in ("", "*")}
         assert shown <= set(signature.parameters), (name, shown - set(signature.parameters))

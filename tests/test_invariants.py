@@ -9,12 +9,12 @@ import dataclasses
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from agentlab.core.messages import NOT_APPLIED_TEMPLATE, BATCH_ROLLED_BACK
-from agentlab.runtime.harness import Episode
-from agentlab.lab.invariants import KINDS, CustomerRecords, check_episode, check_state, count_by_kind
+from agentlab.core.messages import BATCH_ROLLED_BACK, NOT_APPLIED_TEMPLATE
 from agentlab.core.safeguards import preset
 from agentlab.domains.billing.scenarios import get_scenario
+from agentlab.lab.invariants import KINDS, CustomerRecords, check_episode, check_state, count_by_kind
 from agentlab.lab.tenancy import CrossTenantEffect, with_foreign_customer
+from agentlab.runtime.harness import Episode
 from conftest import fetch
 
 REFUND = get_scenario("refund").clean()  # memo RMA-1042, deduct 2500 of 5000, refund RMA-1042

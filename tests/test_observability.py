@@ -7,10 +7,10 @@ import psycopg
 import pytest
 
 from agentlab.core.graph import build_graph
-from agentlab.sim.model import ScriptedChatModel
-from agentlab.lab.observability import episode_with_a_retry, node_summary, run_events, timeline_chart
 from agentlab.core.safeguards import preset
 from agentlab.domains.billing.scenarios import get_scenario
+from agentlab.lab.observability import episode_with_a_retry, node_summary, run_events, timeline_chart
+from agentlab.sim.model import ScriptedChatModel
 
 matplotlib.use("Agg")
 

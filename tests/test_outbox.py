@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 
-from agentlab.core.errors import SimulatedCrash
-from agentlab.core.errors import IdempotencyConflict
+import pytest
+
+from agentlab.core.errors import IdempotencyConflict, SimulatedCrash
 from agentlab.core.outbox import CHARGE_TOPIC
 from conftest import fetch, scalar
-
-import pytest
 
 
 async def queue(h, key: str, customer_id: int = 3, amount_cents: int = 9000) -> None:

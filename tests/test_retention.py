@@ -7,14 +7,18 @@ import datetime as dt
 import matplotlib
 from langchain_core.messages import HumanMessage
 
-from agentlab.durable.approval import APPROVAL, ApprovalPolicy, pending_requests, resume_command
 from agentlab.core.graph import run_config
-from agentlab.durable.history import thread_history
-from agentlab.sim.model import ScriptedChatModel
-from agentlab.durable.retention import (
-    RetentionPolicy, apply_retention, checkpoint_bytes, retention_chart, retention_experiment,
-)
 from agentlab.core.safeguards import preset
+from agentlab.durable.approval import APPROVAL, ApprovalPolicy, pending_requests, resume_command
+from agentlab.durable.history import thread_history
+from agentlab.durable.retention import (
+    RetentionPolicy,
+    apply_retention,
+    checkpoint_bytes,
+    retention_chart,
+    retention_experiment,
+)
+from agentlab.sim.model import ScriptedChatModel
 from conftest import fetch, scalar
 
 matplotlib.use("Agg")
@@ -31,7 +35,7 @@ async def test_retention_removes_old_checkpoints_and_leaves_ledger_and_outbox_in
     before = await checkpoint_bytes(harness.pool, threads)
 
     # nothing is idle yet: every thread keeps its full history
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     kept = await apply_retention(harness.saver, harness.pool, POLICY, now=now)
     assert sorted(kept.kept) == sorted(threads) and kept.pruned == kept.deleted == []
 
@@ -69,7 +73,7 @@ async def test_a_thread_waiting_for_approval_is_pruned_but_never_deleted_and_sti
     config = run_config("t-waiting", tenant_id="acme")
     await graph.ainvoke({"messages": [HumanMessage(APPROVAL.prompt)]}, config, durability="sync")
     finished = await harness.run_episode("refund", "full", durability="sync")
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
 
     report = await apply_retention(harness.saver, harness.pool, POLICY, now=now + 200 * DAY)
     assert report.waiting == ["t-waiting"] and report.pruned == ["t-waiting"]
@@ -120,7 +124,7 @@ async def test_retention_chart_shows_the_threads_asked_for_in_their_order_with_t
 async def test_a_job_scoped_to_some_threads_leaves_the_others_whole_and_counts_their_rows_only(harness):
     episodes = [await harness.run_episode("refund", "full", durability="sync") for _ in range(3)]
     mine, other = [ep.thread_id for ep in episodes[:2]], episodes[2].thread_id
-    later = dt.datetime.now(dt.timezone.utc) + 10 * DAY
+    later = dt.datetime.now(dt.UTC) + 10 * DAY
     report = await apply_retention(harness.saver, harness.pool, POLICY, now=later, threads=mine)
     assert sorted(report.pruned) == sorted(mine) and report.kept == report.deleted == []
     assert list((await checkpoint_bytes(harness.pool, [other]))["checkpoints_rows"]) == [7]

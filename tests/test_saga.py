@@ -11,11 +11,20 @@ import psycopg
 import pytest
 
 from agentlab.core.errors import SimulatedCrash
-from agentlab.lab.row_lock import RowLock
-from agentlab.demos.payout_saga import backward_recovery, escalation, forward_recovery, notice_model, payout_effects, payout_input, payout_script, store_credit_payout
+from agentlab.demos.payout_saga import (
+    backward_recovery,
+    escalation,
+    forward_recovery,
+    notice_model,
+    payout_effects,
+    payout_input,
+    payout_script,
+    store_credit_payout,
+)
+from agentlab.domains.billing.scenarios import CustomerSpec, create_customers
 from agentlab.durable.saga import Backoff, SagaBusy, SagaDefinition, SagaRunner, Step, StepContext
 from agentlab.durable.saga_frames import saga_chart, saga_log_frame
-from agentlab.domains.billing.scenarios import CustomerSpec, create_customers
+from agentlab.lab.row_lock import RowLock
 from conftest import fetch, scalar
 
 matplotlib.use("Agg")

@@ -13,7 +13,7 @@ from agentlab import AGENT_ROLE, Domain, DomainError, Migration, Toolset
 from agentlab.core import schema
 from agentlab.domains.billing import DOMAIN as BILLING
 from agentlab.domains.billing.schema import BUSINESS_TABLES
-from agentlab.runtime import db
+from agentlab.runtime import databases, db
 
 TABLES = """
 SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -59,7 +59,8 @@ def test_the_core_template_holds_no_billing_table_and_billing_brings_its_own():
                                 (AGENT_ROLE,)).fetchone()[0]
             policies = {r[0] for r in conn.execute("SELECT policyname FROM pg_policies").fetchall()}
         assert {"customers_tenant", "invoices_tenant", "credit_memos_tenant", "refunds_tenant",
-                "tool_executions_tenant", "thread_tenants_tenant", "credit_redemptions_tenant"} == policies
+                "tool_executions_tenant", "thread_tenants_tenant", "credit_redemptions_tenant",
+                "tool_executions_lookup", "thread_tenants_lookup"} == policies  # the last two: C45
     finally:
         db.drop_database(url)
 
@@ -83,12 +84,12 @@ def test_a_stale_template_is_rebuilt_not_reused(caplog, tmp_path):
             assert conn.execute("SELECT oid FROM pg_database WHERE datname = %s", (template,)).fetchone()[0] == oid
             # a template whose recorded build is not this code's (as one built by other migrations would be)
             conn.execute(f'COMMENT ON DATABASE "{template}" IS \'agentlab template 0000\'')
-        with caplog.at_level(logging.WARNING, logger="agentlab.runtime.db"):
+        with caplog.at_level(logging.WARNING, logger="agentlab.runtime.databases"):
             assert db.ensure_template(domain) == template
         assert "is stale" in caplog.text
         with db.admin_connection() as conn:
             assert conn.execute("SELECT oid FROM pg_database WHERE datname = %s", (template,)).fetchone()[0] != oid
-            assert db._comment(conn, template) == db.template_fingerprint(domain)
+            assert databases.template_comment(conn, template) == db.template_fingerprint(domain)
         # the seed file's bytes are part of the fingerprint: another file, another template
         seed_file.write_text("5\n")
         assert db.template_name(domain) != template

@@ -7,8 +7,8 @@ import asyncio
 import psycopg
 import pytest
 
-from agentlab.core.tools_node import Outcome
 from agentlab.core.safeguards import preset
+from agentlab.core.tools_node import Outcome
 from conftest import scalar
 
 

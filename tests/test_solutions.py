@@ -47,7 +47,8 @@ async def test_each_reference_solution_passes_its_own_check(exercise, capsys):
     """The reference solution, run as ``check`` runs a learner's function (a fresh database per case),
     returns every value the notebook's statement promises; the expected values live in
     ``agentlab/lab/exercises/nbNN.py`` alone."""
-    assert await check(exercise.id, reference(exercise))
+    # no per-case limit: what is checked is the values (10.1's experiment passed 60 s on a loaded machine)
+    assert await check(exercise.id, reference(exercise), timeout_s=None)
     out = capsys.readouterr().out
     assert not re.search(r"^\s*FAILED: ", out, re.MULTILINE) and "not written yet" not in out
     assert out.count("passed: ") >= max(1, len(exercise.cases))
@@ -71,8 +72,9 @@ async def test_a_stub_a_wrong_answer_and_a_crash_are_told_apart(capsys):
     assert not await check("2.1", wrong)
     out = capsys.readouterr().out.splitlines()
     assert out[:4] == ["duplicate_refund(h, 'naive'):", "  passed: refund_rows = 2", "  passed: provider_refunds = 2",
-                       "  FAILED: second_call missing, expected 'applied'; hint: " + get_exercise("2.1").hint("second_call")]
-    assert out[5].startswith("  FAILED: refund_rows = 2, expected 1; hint: ")
+                       "  FAILED: second_call missing, expected 'applied' (str); hint: the dict returned has no key "
+                       "'second_call' (spelling counts); " + get_exercise("2.1").hint("second_call")]
+    assert out[5].startswith("  FAILED: refund_rows = 2 (int), expected 1 (int); hint: ")
     assert not await check("2.1", a_frame)
     assert capsys.readouterr().out.splitlines()[1].startswith("  FAILED: refund_rows = <a DataFrame of shape (1, 1)>, ")
     assert not await check("2.1", crashes)
@@ -83,7 +85,7 @@ async def test_an_exercise_with_its_own_verify_checks_a_plain_function(capsys):
     assert not await check("3.2", lambda cases: ["accepted"] * len(cases))
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == ["passed"] + ["FAILED"] * 4 + ["passed"]
-    assert lines[1].startswith("FAILED: the same customer twice = 'accepted', expected a refusal")
+    assert lines[1].startswith("FAILED: the same customer twice = 'accepted' (str), expected a refusal")
 
 
 async def test_solution_shows_the_reference_source_with_what_it_needs_then_checks_it(capsys):
@@ -162,7 +164,7 @@ async def test_ex09_3_a_nemesis_that_never_strikes_fails_its_check(capsys):
     assert not await check("9.3", never)
     out = capsys.readouterr().out
     assert out.startswith("FAILED: crashed and resumed = {'naive': False, 'transaction': False, 'ledger': False, "
-                          "'full': False}, expected")
+                          "'full': False} (dict), expected")
     assert "passed: violations under full = []" in out  # nothing to find under full, crash or not
 
 
@@ -175,7 +177,7 @@ async def test_ex16_1_check_takes_the_notebooks_domain_and_a_silent_invariant_fa
     assert not await check("16.1", silent, domain=DOMAIN)
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "passed: lines for a clean episode under full = 0"
-    assert out[1].startswith("FAILED: lines for backend_killed under ledger = 0, expected at least 1; hint: ")
+    assert out[1].startswith("FAILED: lines for backend_killed under ledger = 0 (int), expected at least 1; hint: ")
     with pytest.raises(TypeError, match="takes no arguments besides the function"):
         await check("2.1", silent, domain=DOMAIN)
 
@@ -222,13 +224,14 @@ async def test_a_case_that_hangs_is_stopped_after_timeout_s_with_its_transaction
         return {}
 
     t0 = time.perf_counter()
-    assert await asyncio.wait_for(check("2.1", hangs, timeout_s=0.5), 60) is False
-    assert time.perf_counter() - t0 < 30  # two cases of 0.5 s plus their databases, not an hour
+    # 3 s: long enough for each case to reach its lock on a loaded machine (at 0.5 s it sometimes did not)
+    assert await asyncio.wait_for(check("2.1", hangs, timeout_s=3), 300) is False
+    assert time.perf_counter() - t0 < 300  # two cases of 3 s plus their databases, not an hour
     out = capsys.readouterr().out.splitlines()
     hint = ("it waits for something that never comes (a lock another transaction holds, an await that never returns, "
             "a loop with no end); its transaction was rolled back and its connection given back. "
             "`timeout_s=None` lifts the limit")
-    assert out == [f"FAILED: duplicate_refund(h, '{p}') took longer than 0.5 s and was stopped; hint: {hint}"
+    assert out == [f"FAILED: duplicate_refund(h, '{p}') took longer than 3 s and was stopped; hint: {hint}"
                    for p in ("naive", "constraints")]
     assert [name for _, name in backends] == list(left) and len(set(left)) == 2  # both cases reached their lock
     for pid, name in backends:

@@ -17,13 +17,21 @@ from psycopg_pool import AsyncConnectionPool
 
 from agentlab.core.errors import Category, find_leaks, translate
 from agentlab.core.graph import run_config
-from agentlab.core.tools_node import Outcome, TransactionalToolsNode
-from agentlab.core.safeguards import PRESETS, Safeguards, preset
-from agentlab.domains.billing.scenarios import get_scenario
-from agentlab.core.schema import AGENT_ROLE, ENSURE_ROLE, TENANT_SETTING
-from agentlab.lab.tenancy import FORBIDDEN_STATEMENTS, agent_privileges, compare_isolation, create_foreign_customer, cross_tenant_effects, try_as_agent, with_foreign_customer
 from agentlab.core.isolation import TenantRequired
+from agentlab.core.safeguards import PRESETS, Safeguards, preset
+from agentlab.core.schema import AGENT_ROLE, ENSURE_ROLE, TENANT_SETTING
+from agentlab.core.tools_node import Outcome, TransactionalToolsNode
+from agentlab.domains.billing.scenarios import get_scenario
 from agentlab.domains.billing.tools import TOOLS
+from agentlab.lab.tenancy import (
+    FORBIDDEN_STATEMENTS,
+    agent_privileges,
+    compare_isolation,
+    create_foreign_customer,
+    cross_tenant_effects,
+    try_as_agent,
+    with_foreign_customer,
+)
 from conftest import fetch, scalar
 
 TENANT = "acme"

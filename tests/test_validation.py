@@ -10,8 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from agentlab.core.errors import find_leaks, translate
-from agentlab.core.tools_node import Outcome
 from agentlab.core.safeguards import preset
+from agentlab.core.tools_node import Outcome
 from agentlab.domains.billing.tools import get_tool
 
 

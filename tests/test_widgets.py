@@ -54,8 +54,9 @@ async def test_run_from_the_button_runs_the_episode_and_fills_every_tab(harness,
     assert lab.table_text("violations") == "(no violations)"
     assert lab.table_text("outbox") == "(no outbox)"
     assert "0 violations" in lab.status.value
-    (chart,) = lab.charts.outputs
+    chart, by_kind = lab.charts.outputs  # the rollback rate and the ledger, then the violations by kind
     assert chart["data"]["image/png"] and chart["data"]["text/plain"].startswith("<lab charts")
+    assert by_kind["data"]["image/png"] and by_kind["data"]["text/plain"].startswith("<lab charts")
     assert lab.seed.value == 1  # Run again plays a new episode
     assert set(TAB_TITLES) == {lab.tables.get_title(i) for i in range(len(TAB_TITLES))}
 

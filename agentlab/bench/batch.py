@@ -2,7 +2,7 @@
 
 The batch is the refund story's three calls (``CreateCreditMemo``, ``ApplyCredit``, ``QueueRefund``)
 under the ``full`` preset, on one customer of the bench's own database. :func:`plain_batch` is that
-batch written out by hand: the statements :class:`agentlab.core.tools_node.TransactionalToolsNode` sends, in the
+batch written out by hand: the statements :class:`agentlab.core.batch.TransactionalToolsNode` sends, in the
 same order, with the same savepoint names, on a connection from the same pool, and nothing else
 (no validation, no events, no ToolMessages). :func:`traced_statements` records what a batch really
 sent (libpq's protocol trace), so the bench and its test can check that both send the same SQL.
@@ -26,11 +26,18 @@ from dataclasses import dataclass
 
 from psycopg import pq
 
-from agentlab.core import tools_node
-from agentlab.core.tools_node import BIND_THREAD_TENANT, LEDGER_INSERT, LEDGER_LOOKUP_WITH_ARGS, TransactionalToolsNode, idempotency_key
-from agentlab.core.schema import AGENT_ROLE
-from agentlab.domains.billing.tools import CREATE_CREDIT_MEMO, CREATE_REFUND, APPLY_CREDIT
+from agentlab.core.batch import (
+    BIND_THREAD_TENANT,
+    LEDGER_INSERT,
+    LEDGER_LOOKUP_WITH_ARGS,
+    RELEASE_SAVEPOINT,
+    SAVEPOINT,
+    TransactionalToolsNode,
+    idempotency_key,
+)
 from agentlab.core.outbox import INSERT_OUTBOX, REFUND_TOPIC
+from agentlab.core.schema import AGENT_ROLE
+from agentlab.domains.billing.tools import APPLY_CREDIT, CREATE_CREDIT_MEMO, CREATE_REFUND
 
 BATCH_TENANT = "acme"
 OPENING_CREDIT_CENTS = 10**9 // 2  # the bench deducts one cent per batch
@@ -45,7 +52,7 @@ BEGIN = "BEGIN"
 PRELUDE = ("SELECT set_config('role', %s, true), set_config('agentlab.tenant_id', %s, true), "
            "set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true), "
            "pg_advisory_xact_lock(hashtextextended(%s, 0))")
-SAVEPOINT, RELEASE = tools_node.SAVEPOINT, tools_node.RELEASE_SAVEPOINT
+RELEASE = RELEASE_SAVEPOINT
 COMMIT = "COMMIT"
 NODE_ROUND_TRIPS = 6  # 1 to open, 1 + 1 + 2 for the calls (QueueRefund reads two statements' results), 1 to commit
 NAIVE_ROUND_TRIPS = 18  # BEGIN, prelude, tenant, look-up; SAVEPOINT, each statement, ledger row, RELEASE per call; COMMIT

@@ -3,14 +3,16 @@ tools that send the full node's SQL from plain psycopg.
 
 The graphs are the kit's graph (:func:`agentlab.core.graph.build_graph`: agent, tools, agent, with the
 retry policy, the orphan repair and the node events), compiled once, with the scripted model routed
-per thread as in the lab. They differ only in the tools node: :class:`agentlab.core.tools_node.TransactionalToolsNode`
+per thread as in the lab. They differ only in the tools node: :class:`agentlab.core.batch.TransactionalToolsNode`
 under the ``full`` preset, :class:`NoOpToolsNode`, which answers every call as applied without a
 statement, or :class:`PlainSQLToolsNode`, which sends the statements the full node sends for the batch
 (:func:`agentlab.bench.batch.plain_batch`) and nothing else: no validation, translation, events or
 ToolMessage building of the kit's. It is the bound on what the full node could reach with this SQL: the
 full episode over the plain-SQL one is the cost of the kit's own code, the plain-SQL one over the no-op
 one what the statements themselves cost. An episode is the refund story without its hallucination (one batch of three calls, then
-the closing answer): three super-steps. Its customer is created before the clock starts.
+the closing answer): three super-steps. Its customer is created before the clock starts. ``traced`` is the
+full graph with OpenTelemetry on (:mod:`agentlab.core.tracing`, the SDK's batch processor, spans kept in
+memory): the traced over the full episode is what tracing costs a run; ``full`` itself is tracing off.
 
 Checkpointers: the Postgres saver (``AsyncPostgresSaver`` on the harness's checkpointer pool) with
 durability ``sync`` (a checkpoint per super-step, written before the next one starts), ``async`` (written
@@ -29,22 +31,39 @@ from collections.abc import Sequence
 from langchain_core.messages import HumanMessage
 
 from agentlab.bench.batch import BatchCalls, plain_batch
+from agentlab.core.batch import BatchResult, CallResult, Outcome, TransactionalToolsNode
 from agentlab.core.graph import build_graph, run_config
-from agentlab.lab.runner import _ModelRouter
-from agentlab.sim.model import ScriptedChatModel
-from agentlab.core.tools_node import BatchResult, CallResult, Outcome, TransactionalToolsNode
 from agentlab.core.safeguards import preset
+from agentlab.core.tracing import traced
 from agentlab.domains.billing.scenarios import get_scenario
+from agentlab.lab.process import ModelRouter
+from agentlab.sim.model import ScriptedChatModel
 
 DURABILITIES = ("sync", "async", "exit")
 SAVERS = (*DURABILITIES, "memory")  # "memory": InMemorySaver (durability async)
-KINDS = ("full", "noop", "plainsql")
+KINDS = ("full", "noop", "plainsql", "traced")  # traced: full with OpenTelemetry on (spans kept in memory)
 NOOP_RESULT = '{"ok":true}'
 CREATE_CUSTOMERS = """
 INSERT INTO customers (tenant_id, name, credit_cents)
 SELECT %s, 'Bench Customer ' || n, %s FROM generate_series(1, %s) AS n
 RETURNING id
 """
+
+
+def _span_sink():
+    """An OpenTelemetry SDK tracer provider whose spans go, in the SDK's background batches, to memory: what
+    tracing costs the run itself, whatever an exporter then costs its own thread."""
+    try:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    except ImportError as exc:
+        raise RuntimeError("the bench's traced episodes need the OpenTelemetry SDK: pip install "
+                           "'agentlab[tracing]' (or -r requirements.txt)") from exc
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
+    return provider
 
 
 class NoOpToolsNode(TransactionalToolsNode):
@@ -93,11 +112,14 @@ class EpisodeBench:
                                                error_hints=h.domain.error_hints),
                  "noop": NoOpToolsNode(h.pool, sg, toolset=h.toolset, provider=h.provider, events=h.events),
                  "plainsql": PlainSQLToolsNode(h.pool, sg, toolset=h.toolset, provider=h.provider, events=h.events)}
-        router = _ModelRouter(self.models)
+        nodes["traced"] = nodes["full"]
+        self.spans = _span_sink()
+        router = ModelRouter(self.models)
         self.graphs = {}
         for kind, node in nodes.items():
-            pg = build_graph(router, node, checkpointer=h.saver)
-            mem = build_graph(router, node, checkpointer=self.memory)
+            provider = self.spans if kind == "traced" else None
+            pg = traced(build_graph(router, node, checkpointer=h.saver), "full", provider=provider)
+            mem = traced(build_graph(router, node, checkpointer=self.memory), "full", provider=provider)
             self.graphs.update({(kind, d): pg for d in DURABILITIES})
             self.graphs[(kind, "memory")] = mem
         self._threads = itertools.count(1)

@@ -47,9 +47,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from agentlab.runtime import db
-from agentlab.lab.faults import FAMILIES, FAULTS
 from agentlab.core.safeguards import PRESETS
+from agentlab.lab.faults import FAMILIES, FAULTS
+from agentlab.runtime import db
 
 # The issue's workshop experiment: six presets x twelve faults x 50 episodes. Six presets: the rungs that
 # add a safeguard to ``naive``; twelve faults: the first fault of each of the twelve fault families.
@@ -94,10 +94,10 @@ def network_figure(rtt_ms: float, what: str) -> str:
 
 FIGURES: dict[str, str] = {  # name -> unit
     "node_batch_ms": "ms", "plain_batch_ms": "ms", "naive_batch_ms": "ms", "batch_round_trips": "round trips",
-    "naive_batch_round_trips": "round trips",
-    **{f"{side}_batch_cpu_ms": "ms" for side in ("node", "plain", "naive")},
+    "naive_batch_round_trips": "round trips", "reference_batch_ms": "ms", "reference_batch_round_trips": "round trips",
+    **{f"{side}_batch_cpu_ms": "ms" for side in ("node", "plain", "naive", "reference")},
     **{f"episode_{k}_{s}_per_s": "episodes/s" for s in ("sync", "async", "exit", "memory")
-       for k in ("full", "noop", "plainsql")},
+       for k in ("full", "noop", "plainsql", "traced")},
     "workshop_c1_per_s": "episodes/s", "workshop_best_per_s": "episodes/s", "workshop_best_concurrency": "episodes",
     "workshop_best_workers": "processes", "workshop_lab_cpu_ms_per_episode": "ms",
     "workshop_two_core_ceiling_per_s": "episodes/s", "chaos_matrix_per_s": "episodes/s",
@@ -112,12 +112,18 @@ RATIOS: dict[str, tuple[str, str]] = {  # name -> (numerator, denominator)
     "node_vs_plain": ("node_batch_ms", "plain_batch_ms"),
     "naive_vs_node": ("naive_batch_ms", "node_batch_ms"),  # how many times faster the node is
     "naive_vs_node_cpu": ("naive_batch_cpu_ms", "node_batch_cpu_ms"),  # this process's CPU, less moved by load
+    # the reference path (savepoints.py, nested transactions) against the pipelined strategy full runs
+    "reference_vs_node": ("reference_batch_ms", "node_batch_ms"),
+    "reference_vs_node_cpu": ("reference_batch_cpu_ms", "node_batch_cpu_ms"),
     **{f"full_vs_noop_{s}": (f"episode_full_{s}_per_s", f"episode_noop_{s}_per_s")
        for s in ("sync", "async", "exit", "memory")},
     # the kit's own code (full / the same SQL from plain psycopg) and the SQL's own cost (plain SQL / no-op)
     **{f"full_vs_plainsql_{s}": (f"episode_full_{s}_per_s", f"episode_plainsql_{s}_per_s")
        for s in ("sync", "async", "exit", "memory")},
     **{f"plainsql_vs_noop_{s}": (f"episode_plainsql_{s}_per_s", f"episode_noop_{s}_per_s")
+       for s in ("sync", "async", "exit", "memory")},
+    # OpenTelemetry on (spans kept in memory) against off: under 1, tracing's share of an episode
+    **{f"traced_vs_full_{s}": (f"episode_traced_{s}_per_s", f"episode_full_{s}_per_s")
        for s in ("sync", "async", "exit", "memory")},
     "workshop_best_vs_c1": ("workshop_best_per_s", "workshop_c1_per_s"),
     **{network_figure(r, f"{a}_vs_{b}"): (network_figure(r, f"{a}_ms"), network_figure(r, f"{b}_ms"))
@@ -222,12 +228,12 @@ def _say(text: str) -> None:
 
 
 async def _fresh_harness(purpose: str):
-    from agentlab.lab.experiments import _fast_commit
+    from agentlab.lab.experiments import commit_without_flush_wait
     from agentlab.runtime.harness import Harness
 
     url = await asyncio.to_thread(db.create_database, purpose)
     try:
-        await asyncio.to_thread(_fast_commit, url)
+        await asyncio.to_thread(commit_without_flush_wait, url)
         h = await Harness.open(url)
     except BaseException:
         await asyncio.to_thread(db.drop_database, url)
@@ -236,18 +242,25 @@ async def _fresh_harness(purpose: str):
     return h
 
 
-def _batch_sides(pool, toolset, source) -> dict:
-    """The bench's three sides on ``pool``, each a no-argument coroutine function running one fresh batch of
-    ``source``: ``node`` (the tools node under ``full``, events logged, not stored), ``plain`` (plain psycopg,
-    the same SQL pipelined the same way) and ``naive`` (the same statements in nested transactions)."""
+def _batch_sides(pool, toolset, source, *, reference: bool = False) -> dict:
+    """The bench's sides on ``pool``, each a no-argument coroutine function running one fresh batch of
+    ``source``: ``node`` (the tools node under ``full``, its pipelined strategy, events logged, not stored),
+    ``plain`` (plain psycopg, the same SQL pipelined the same way), ``naive`` (the same statements in nested
+    transactions) and, with ``reference``, ``reference`` (the node on its reference path,
+    :class:`agentlab.core.batch.SavepointStrategy`)."""
     from agentlab.bench.batch import naive_batch, node_batch, plain_batch
+    from agentlab.core.batch import SavepointStrategy, TransactionalToolsNode
     from agentlab.core.events import EventLog
-    from agentlab.core.tools_node import TransactionalToolsNode
     from agentlab.core.safeguards import preset
 
     node = TransactionalToolsNode(pool, preset("full"), toolset=toolset, events=EventLog(None))
-    return {"node": lambda: node_batch(node, source.next()), "plain": lambda: plain_batch(pool, source.next()),
-            "naive": lambda: naive_batch(pool, source.next())}
+    sides = {"node": lambda: node_batch(node, source.next()), "plain": lambda: plain_batch(pool, source.next()),
+             "naive": lambda: naive_batch(pool, source.next())}
+    if reference:
+        ref = TransactionalToolsNode(pool, preset("full"), toolset=toolset, events=EventLog(None),
+                                     strategy=SavepointStrategy())
+        sides["reference"] = lambda: node_batch(ref, source.next())
+    return sides
 
 
 async def _time_sides(sides: dict, *, repeats: int, batches: int, warm_rounds: int):
@@ -281,10 +294,16 @@ async def _time_sides(sides: dict, *, repeats: int, batches: int, warm_rounds: i
 async def bench_batch(report: Report) -> None:
     """The node's batch against plain psycopg on the same SQL and against the naive nested transactions,
     interleaved repeats on one database."""
-    from agentlab.bench.batch import (BatchSource, create_bench_customer, naive_batch, node_batch, plain_batch,
-                                      traced_statements)
+    from agentlab.bench.batch import (
+        BatchSource,
+        create_bench_customer,
+        naive_batch,
+        node_batch,
+        plain_batch,
+        traced_statements,
+    )
+    from agentlab.core.batch import SavepointStrategy, TransactionalToolsNode
     from agentlab.core.events import EventLog
-    from agentlab.core.tools_node import TransactionalToolsNode
     from agentlab.core.safeguards import preset
 
     m = report.mode
@@ -295,11 +314,15 @@ async def bench_batch(report: Report) -> None:
             TransactionalToolsNode(pool, preset("full"), toolset=h.toolset, events=EventLog(None)), source.next()))
         sent_plain = await traced_statements(h.url, lambda pool: plain_batch(pool, source.next()))
         sent_naive = await traced_statements(h.url, lambda pool: naive_batch(pool, source.next()))
+        sent_reference = await traced_statements(h.url, lambda pool: node_batch(
+            TransactionalToolsNode(pool, preset("full"), toolset=h.toolset, events=EventLog(None),
+                                   strategy=SavepointStrategy()), source.next()))
         report.notes["same_sql"] = sent_node == sent_plain
         report.notes["batch_statements"] = len(sent_node.statements)
         report.add("batch_round_trips", sent_node.round_trips)
         report.add("naive_batch_round_trips", sent_naive.round_trips)
-        times, cpus = await _time_sides(_batch_sides(h.pool, h.toolset, source), repeats=m.repeats,
+        report.add("reference_batch_round_trips", sent_reference.round_trips)
+        times, cpus = await _time_sides(_batch_sides(h.pool, h.toolset, source, reference=True), repeats=m.repeats,
                                         batches=m.batches, warm_rounds=30)
         for side in times:
             report.add(f"{side}_batch_ms", times[side])
@@ -341,7 +364,7 @@ async def bench_network(report: Report) -> None:
                 await pool.open(wait=True, timeout=30)
                 stack.push_async_callback(pool.close)
                 ping = await stack.enter_async_context(await psycopg.AsyncConnection.connect(url, autocommit=True))
-                sides = {**_batch_sides(pool, h.toolset, source), "select1": lambda: ping.execute("SELECT 1")}
+                sides = {**_batch_sides(pool, h.toolset, source), "select1": lambda ping=ping: ping.execute("SELECT 1")}
                 times, _ = await _time_sides(sides, repeats=m.repeats, batches=m.network_batches,
                                              warm_rounds=NETWORK_WARM_ROUNDS)
             for side in times:
@@ -374,6 +397,11 @@ async def bench_episodes(report: Report) -> None:
         rates = await bench.rates(m.episodes, m.repeats)
         for (kind, saver), values in rates.items():
             report.add(f"episode_{kind}_{saver}_per_s", values)
+        report.notes["tracing_ms_per_episode"] = {  # OpenTelemetry on, over off: what a traced run costs more
+            saver: round(1000 / statistics.median(rates[("traced", saver)])
+                         - 1000 / statistics.median(rates[("full", saver)]), 2) for saver in SAVERS}
+        _say("  tracing on costs per episode: " + ", ".join(
+            f"{s} {ms:+.2f} ms" for s, ms in report.notes["tracing_ms_per_episode"].items()))
     finally:
         await h.close()
 
@@ -561,7 +589,9 @@ ROWS = (  # the text table: (label, figure, ratio beside it)
     ("tools node, one batch of 3 calls (ms)", "node_batch_ms", "node_vs_plain"),
     ("plain psycopg, the same SQL (ms)", "plain_batch_ms", None),
     ("naive nested transactions, same SQL (ms)", "naive_batch_ms", "naive_vs_node"),
+    ("tools node, reference path (ms)", "reference_batch_ms", "reference_vs_node"),
     ("  this process's CPU: node (ms)", "node_batch_cpu_ms", None),
+    ("  reference path (ms)", "reference_batch_cpu_ms", "reference_vs_node_cpu"),
     ("  plain psycopg (ms)", "plain_batch_cpu_ms", None),
     ("  naive nested transactions (ms)", "naive_batch_cpu_ms", "naive_vs_node_cpu"),
     *(row for r in NETWORK_RTTS_MS for row in (
@@ -574,6 +604,8 @@ ROWS = (  # the text table: (label, figure, ratio beside it)
     *((f"episode/s, {s}: no-op tools", f"episode_noop_{s}_per_s", None) for s in ("sync", "async", "exit", "memory")),
     *((f"episode/s, {s}: plain-SQL tools", f"episode_plainsql_{s}_per_s",
        f"plainsql_vs_noop_{s}") for s in ("sync", "async", "exit", "memory")),
+    *((f"episode/s, {s}: full, traced", f"episode_traced_{s}_per_s",
+       f"traced_vs_full_{s}") for s in ("sync", "async", "exit", "memory")),
     ("workshop episodes/s, concurrency 1", "workshop_c1_per_s", None),
     ("workshop episodes/s, best level", "workshop_best_per_s", "workshop_best_vs_c1"),
     ("workshop lab CPU per episode (ms)", "workshop_lab_cpu_ms_per_episode", None),
@@ -618,10 +650,14 @@ def render(report: Report) -> str:
     if kit:
         lines.append(f"(full safety / the full node's SQL from plain psycopg, episodes/s: {', '.join(kit)}: the kit's "
                      "own code; plain SQL / no-op tools is what the statements cost)")
+    if "tracing_ms_per_episode" in d["notes"]:
+        cost = ", ".join(f"{s} {ms:+.2f}" for s, ms in d["notes"]["tracing_ms_per_episode"].items())
+        lines.append(f"(OpenTelemetry on, over off, ms per episode: {cost}; off, a graph is built without it)")
     if "same_sql" in d["notes"]:
         lines.append(f"(node and plain psycopg sent the same SQL: {d['notes']['same_sql']}, "
                      f"{int(fig['batch_round_trips']['median'])} round trips per batch; the naive nested "
-                     f"transactions {int(fig['naive_batch_round_trips']['median'])})")
+                     f"transactions {int(fig['naive_batch_round_trips']['median'])}, the node's reference path "
+                     f"{int(fig['reference_batch_round_trips']['median'])})")
     if "network" in d["notes"]:
         first, rtts = d["notes"]["network"]["naive_vs_node_2x_from_rtt_ms"], d["notes"]["network"]["rtts_ms"]
         ping = fig.get(network_figure(first, "select1_ms"), {}).get("median") if first is not None else None

@@ -141,11 +141,26 @@ def _cmd_db(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_room(args: argparse.Namespace) -> int:
+    from agentlab.runtime import room
+
+    if args.action == "sql":
+        print(room.render(args.attendees, prefix=args.prefix, budget=args.budget))
+        return 0
+    if args.action == "setup":
+        lines = room.setup(args.attendees, prefix=args.prefix, budget=args.budget, templates_only=args.templates_only)
+    else:
+        lines = room.teardown(prefix=args.prefix)
+    for line in lines or ["nothing to do"]:
+        print(line)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line's parser. Imports only light modules (names of presets, scenarios, faults),
     never LangGraph: ``--help`` answers at once."""
-    from agentlab.demos.catalog import WORKFLOW_DEMOS
     from agentlab.core.safeguards import PRESETS
+    from agentlab.demos.catalog import WORKFLOW_DEMOS
     from agentlab.domains.billing.scenarios import SCENARIOS
 
     parser = argparse.ArgumentParser(prog="python -m agentlab", description=DESCRIPTION)
@@ -170,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(demo)
     demo.set_defaults(func=_cmd_demo)
 
-    from agentlab.lab.options import add_arguments
+    from agentlab.lab.options import add_arguments, positive_int
 
     chaos = sub.add_parser("chaos", help="run the failure lab: faults x presets -> invariant violations")
     add_arguments(chaos)
@@ -202,6 +217,17 @@ def build_parser() -> argparse.ArgumentParser:
     dbp.add_argument("name", nargs="?", default=None, metavar="NAME",
                      help="with url: an agentlab database, e.g. the one demo --keep kept (db list names them)")
     dbp.set_defaults(func=_cmd_db)
+
+    roomp = sub.add_parser("room", help="a room on one server: setup, sql, teardown (instructor/ROOM.md)")
+    roomp.add_argument("action", choices=["setup", "sql", "teardown"],
+                       help="setup: the roles, limits and templates (as a superuser); sql: print setup's SQL to run "
+                       "by hand; teardown: drop the attendees' databases and roles")
+    roomp.add_argument("--attendees", type=positive_int, default=1, metavar="N", help="attendee1..attendeeN (default 1)")
+    roomp.add_argument("--prefix", default="attendee", help="the roles' name before the number (default attendee)")
+    roomp.add_argument("--budget", type=positive_int, default=10, metavar="B",
+                       help="connections per attendee: the role's CONNECTION LIMIT (default 10)")
+    roomp.add_argument("--templates-only", action="store_true", help="setup: only build the templates")
+    roomp.set_defaults(func=_cmd_room)
     return parser
 
 
@@ -221,8 +247,9 @@ def _main(argv: list[str] | None) -> int:
     import psycopg
     from psycopg_pool import PoolTimeout
 
-    from agentlab.runtime import db
     from agentlab.core.errors import AgentlabError
+    from agentlab.runtime import db
+    from agentlab.runtime.conninfo import connect_reason
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -235,7 +262,10 @@ def _main(argv: list[str] | None) -> int:
         print(f"agentlab: {exc}", file=sys.stderr)
         return 2
     except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
-        reason = db._connect_reason(exc)
+        if (limit := db.role_limit_message(exc)) is not None:
+            print(f"agentlab: {limit}", file=sys.stderr)
+            return 2
+        reason = connect_reason(exc)
         print(f"agentlab: lost the database during the run ({type(exc).__name__}: {reason}); nothing after that "
               "point was applied. Check the server (`python -m agentlab db start`) and run again", file=sys.stderr)
         return 2

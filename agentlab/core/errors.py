@@ -3,7 +3,7 @@
 Exception tree of the kit's own errors::
 
     AgentlabError                   base of every error the kit raises on purpose
-    ├── DatabaseUnavailable         (agentlab.runtime.db) no server could be reached or started
+    ├── DatabaseUnavailable         (agentlab.runtime.conninfo) no server could be reached or started
     │   └── DatabaseMissing         the server answers, the run's database is gone (dropped)
     ├── HarnessClosed               (agentlab.runtime.harness) a closed harness was asked to run
     ├── ToolError                   a tool refused a call for a reason the model can act on
@@ -16,6 +16,12 @@ a category, whether it is an *infrastructure* error (the graph's retry policy re
 or a *recoverable* one (the model is told and can fix its call), and a model-facing message built
 from constant templates. Model-facing text never holds SQL, table, column or constraint names,
 DSNs, hosts, secrets or stack traces; the full detail goes to the log and the events table.
+
+:func:`translate` and :func:`is_infrastructure` are total: they answer for every ``BaseException``
+and never raise. One that is not an ``Exception`` (``KeyboardInterrupt``, ``SystemExit``) is an internal
+error, never retried; an error's ``sqlstate``, ``diag`` and ``str()`` are read as data (one of another
+type, or whose reading raises, counts as absent); an exception group is judged by its members: it is
+infrastructure only when every member is, and is told to the model as its first member that is not.
 
 Sources: PostgreSQL Appendix A "PostgreSQL Error Codes" for the SQLSTATE classes; psycopg's
 ``psycopg.errors`` for the classes that carry them.
@@ -33,7 +39,10 @@ from typing import Any
 import psycopg
 
 from agentlab.core.messages import (
-    FAILED_TEMPLATE, NOT_APPLIED_TEMPLATE, EARLIER_CALL_FAILED, INFRA_UNAVAILABLE,
+    EARLIER_CALL_FAILED,
+    FAILED_TEMPLATE,
+    INFRA_UNAVAILABLE,
+    NOT_APPLIED_TEMPLATE,
 )
 
 
@@ -44,9 +53,9 @@ class AgentlabError(Exception):
 class ToolError(AgentlabError):
     """Raised by a tool for a reason the model can act on; ``hint`` is model-facing and safe."""
 
-    category: "Category"
+    category: Category
 
-    def __init__(self, hint: str, category: "Category | None" = None):
+    def __init__(self, hint: str, category: Category | None = None):
         super().__init__(hint)
         self.hint = hint
         if category is not None:
@@ -64,6 +73,7 @@ class Category(str, Enum):
     TRANSIENT = "transient"
     NOT_APPLIED = "not_applied"
     REJECTED = "rejected"
+    BUDGET = "budget"
     INTERNAL = "internal"
 
 
@@ -112,6 +122,8 @@ class SimulatedCrash(BaseException):
 
 
 FK_REASON = "a record named by an id does not exist; check the ids."
+INTERNAL_REASON = "the tool failed because of an internal error; do not retry this call."
+INVALID_ARGUMENTS_REASON = "the arguments are not valid; check every argument."
 
 
 @dataclass(frozen=True)
@@ -161,12 +173,17 @@ class Rule:
     without_sqlstate: bool = False  # a class rule for errors that carry no SQLSTATE (client side) only
 
     def matches(self, exc: BaseException) -> bool:
+        """Whether this rule is ``exc``'s: by its SQLSTATE (:func:`sqlstate_of`) or its class (``type(exc)``,
+        not ``isinstance``, which an error's ``__class__`` could answer for it)."""
+        return self._matches(type(exc), sqlstate_of(exc))
+
+    def _matches(self, kind: type, state: str | None) -> bool:
         if isinstance(self.match, str):
-            state = getattr(exc, "sqlstate", None) or ""
+            state = state or ""
             return state.startswith(self.match) if len(self.match) == 2 else state == self.match
-        if self.without_sqlstate and getattr(exc, "sqlstate", None):
+        if self.without_sqlstate and state:
             return False
-        return isinstance(exc, self.match)
+        return issubclass(kind, self.match)
 
 
 RULES: tuple[Rule, ...] = (
@@ -205,7 +222,7 @@ RULES: tuple[Rule, ...] = (
     Rule("40002", Category.CONFLICT, False, "the change conflicts with existing records; do not send it again as is."),
     Rule("54", Category.INVALID_ARGUMENTS, False, "a value is too large for the database to handle; send shorter "
          "values, and each call with a plain, short tool call id."),
-    *(Rule(cls, Category.INTERNAL, False, "the tool failed because of an internal error; do not retry this call.")
+    *(Rule(cls, Category.INTERNAL, False, INTERNAL_REASON)
       for cls in ("08", "40", "53", "55", "57", "58", "2F", "38", "39", "3B", "27", "F0", "HV", "25")),
     # class 28: the tool's own credentials were refused; permanent, so neither retried nor fixable by the model
     Rule("28", Category.INTERNAL, False, "the tool cannot reach its database; this is not something you can fix. "
@@ -219,10 +236,13 @@ RULES: tuple[Rule, ...] = (
     Rule(ConnectionError, Category.TRANSIENT, True, INFRA_UNAVAILABLE),
     Rule(TimeoutError, Category.TRANSIENT, True, INFRA_UNAVAILABLE),
     # everything else is a bug: the model cannot fix it by changing its call
-    Rule(psycopg.Error, Category.INTERNAL, False, "the tool failed because of an internal error; do not retry this call."),
-    Rule(Exception, Category.INTERNAL, False, "the tool failed because of an internal error; do not retry this call."),
+    Rule(psycopg.Error, Category.INTERNAL, False, INTERNAL_REASON),
+    Rule(Exception, Category.INTERNAL, False, INTERNAL_REASON),
+    # not an Exception at all (KeyboardInterrupt, SystemExit, GeneratorExit, SimulatedCrash): never retried
+    Rule(BaseException, Category.INTERNAL, False, INTERNAL_REASON),
 )
-FALLBACK_RULE = RULES[-1]
+# What an Exception no other rule names meets; the completeness test fails on any psycopg error that does.
+FALLBACK_RULE = next(r for r in RULES if r.match is Exception)
 
 # SQLSTATE classes whose every psycopg error class the table claims to map to a specific rule
 # (tests/test_errors.py walks psycopg.errors and fails on any that reaches FALLBACK or psycopg.Error).
@@ -302,7 +322,12 @@ def rules_for(hints: ErrorHints) -> tuple[Rule, ...]:
 
 def translate(exc: BaseException, *, allowed_args: tuple[str, ...] = (), sanitize: bool = True,
               hints: ErrorHints | None = None) -> Translation:
-    """Map ``exc`` to a :class:`Translation`.
+    """Map ``exc`` to a :class:`Translation`; answers for every ``BaseException`` and never raises.
+
+    An error's own attributes are read as data, never trusted: a ``sqlstate`` that is not a five-character
+    text, a ``diag`` or ``str(exc)`` that raises, count as absent. An exception group is translated as
+    its first member (depth first) that is not an infrastructure error, the one the model can act on
+    (when all are: as its first, retried), under the group's class and with its members in the detail.
 
     Args:
         exc: what a tool call raised.
@@ -311,53 +336,154 @@ def translate(exc: BaseException, *, allowed_args: tuple[str, ...] = (), sanitiz
         hints: the domain's texts for its own constraints (``Domain.error_hints``); None: the core's only.
     """
     hints = hints or NO_HINTS
+    leaves = _leaves(exc)
+    member = _deciding(leaves)
+    tr = _translate_one(member, allowed_args, sanitize, hints)
+    if member is exc:
+        return tr
+    members = "; ".join(_detail(m) for m in leaves[:_MEMBERS_SHOWN])
+    more = len(leaves) - _MEMBERS_SHOWN
+    detail = f"{_detail(exc)} [members: {members}{f'; and {more} more' if more > 0 else ''}]"
+    return replace(tr, error_class=_class_name(exc), detail=detail)
+
+
+def _translate_one(exc: BaseException, allowed_args: tuple[str, ...], sanitize: bool, hints: ErrorHints) -> Translation:
     from pydantic import ValidationError
 
-    sqlstate = getattr(exc, "sqlstate", None)
-    error_class = f"{type(exc).__module__}.{type(exc).__qualname__}"
-    detail = _detail(exc)
-    if isinstance(exc, ValidationError):
-        reason = _pydantic_reason(exc, allowed_args, hints.identifiers)
-        rule, category, infra = None, Category.INVALID_ARGUMENTS, False
-    elif isinstance(exc, ToolError):
-        rule, category, infra, reason = None, exc.category, False, exc.hint
+    sqlstate = sqlstate_of(exc)
+    kind = type(exc)
+    rule = None
+    if issubclass(kind, ValidationError):
+        category, infra = Category.INVALID_ARGUMENTS, False
+        try:
+            reason = _pydantic_reason(exc, allowed_args, hints.identifiers)
+        except Exception:  # noqa: BLE001 - a ValidationError of its own making whose errors() fails
+            reason = INVALID_ARGUMENTS_REASON
+    elif issubclass(kind, ToolError):
+        category, infra = _category_of(exc), False
+        reason = _text_or_none(_attribute(exc, "hint")) or INTERNAL_REASON
     else:
-        rule = next(r for r in RULES if r.matches(exc))
+        rule = next(r for r in RULES if r._matches(kind, sqlstate))  # the last rule matches every BaseException
         category, infra, reason = rule.category, rule.infrastructure, rule.reason
-        constraint = getattr(getattr(exc, "diag", None), "constraint_name", None)
+        constraint = _text_or_none(_attribute(_attribute(exc, "diag"), "constraint_name"))
         reason = hints.reason(sqlstate, constraint, reason)
     if category is Category.NOT_APPLIED or infra:
         message = NOT_APPLIED_TEMPLATE.format(reason=reason)
     else:
         message = FAILED_TEMPLATE.format(category=category.value, reason=reason)
-    if not sanitize and not isinstance(exc, (ValidationError, ToolError)) and category is not Category.NOT_APPLIED:
-        message = f"{type(exc).__name__}: {exc}".strip()
-    return Translation(category, infra, message, reason, sqlstate, error_class, detail, rule)
+    if not sanitize and rule is not None and category is not Category.NOT_APPLIED:
+        message = f"{kind.__name__}: {_text(exc)}".strip()
+    return Translation(category, infra, message, reason, sqlstate, _class_name(exc), _detail(exc), rule)
 
 
 def is_infrastructure(exc: BaseException) -> bool:
     """True when ``exc`` is an infrastructure error the graph should retry (the RetryPolicy's ``retry_on``).
 
     Unlike LangGraph's default ``retry_on``, constraint violations and other data errors are never
-    retried: re-running the same call cannot fix them.
+    retried: re-running the same call cannot fix them. A ``BaseException`` that is not an ``Exception``
+    (``KeyboardInterrupt``, ``SystemExit``) never is. An exception group is one when every member is
+    (a group of lost connections); any other member makes it not retryable. Never raises.
     """
+    return all(_is_infrastructure_one(m) for m in _leaves(exc))
+
+
+def _is_infrastructure_one(exc: BaseException) -> bool:
     from pydantic import ValidationError
 
-    if isinstance(exc, (ValidationError, ToolError)):
+    kind = type(exc)
+    if issubclass(kind, (ValidationError, ToolError)):
         return False
-    return next(r for r in RULES if r.matches(exc)).infrastructure
+    state = sqlstate_of(exc)
+    return next(r for r in RULES if r._matches(kind, state)).infrastructure
+
+
+def _deciding(leaves: list[BaseException]) -> BaseException:
+    """What an exception group (its :func:`_leaves`) is translated as: its first member (depth first) that
+    is not an infrastructure error, the one the model can act on; when all are, its first."""
+    return next((m for m in leaves if not _is_infrastructure_one(m)), leaves[0])
+
+
+_MAX_GROUP_DEPTH = 32  # nesting beyond this is read as a member of its own (no real group is that deep)
+_MEMBERS_SHOWN = 5  # members of a group named in a translation's detail
+_GROUP_MEMBERS = BaseExceptionGroup.__dict__["exceptions"]  # the members as stored, whatever a subclass overrides
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The members of ``exc``, depth first, with nested groups flattened; ``[exc]`` when it is no group
+    (or an empty one, which only a subclass can make)."""
+    out: list[BaseException] = []
+    seen: set[int] = set()
+
+    def walk(e: BaseException, depth: int) -> None:
+        if not issubclass(type(e), BaseExceptionGroup) or depth >= _MAX_GROUP_DEPTH or id(e) in seen:
+            out.append(e)
+            return
+        seen.add(id(e))
+        members = _GROUP_MEMBERS.__get__(e)
+        if not members:
+            out.append(e)
+        for m in members:
+            walk(m, depth + 1)
+
+    walk(exc, 0)
+    return out
+
+
+_SQLSTATE = re.compile(r"[0-9A-Z]{5}")
+
+
+def sqlstate_of(exc: BaseException) -> str | None:
+    """The SQLSTATE ``exc`` carries (five characters, digits and capitals), or None: a ``sqlstate`` of
+    another type or form, or one whose reading raises, is none."""
+    state = _text_or_none(_attribute(exc, "sqlstate"))
+    return state if state is not None and _SQLSTATE.fullmatch(state) else None
+
+
+def _attribute(obj: Any, name: str) -> Any:
+    """``getattr(obj, name, None)``, or None when reading it raises (a property of a foreign error class)."""
+    try:
+        return getattr(obj, name, None)
+    except Exception:  # noqa: BLE001 - an attribute that cannot be read is an attribute that is absent
+        return None
+
+
+def _text_or_none(value: Any) -> str | None:
+    """``value`` as a plain ``str`` when it is text (a ``str`` subclass is copied, its methods unused), else None."""
+    return str.__str__(value) if issubclass(type(value), str) else None
+
+
+def _text(exc: BaseException) -> str:
+    """``str(exc)``, or a note naming its class when that raises."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - an error whose __str__ fails still gets an answer
+        return f"<str() of a {type(exc).__name__} raised>"
+
+
+def _class_name(exc: BaseException) -> str:
+    module = _text_or_none(_attribute(type(exc), "__module__")) or "?"
+    return f"{module}.{type(exc).__qualname__}"
+
+
+def _category_of(exc: ToolError) -> Category:
+    """A ``ToolError``'s category; one that is not a :class:`Category` (nor a value of one) is INTERNAL."""
+    category = _attribute(exc, "category")
+    if issubclass(type(category), Category):
+        return category
+    try:
+        return Category(_text_or_none(category))
+    except ValueError:
+        return Category.INTERNAL
 
 
 def _detail(exc: BaseException) -> str:
     from agentlab.core.redact import redact
 
-    text = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"
-    diag = getattr(exc, "diag", None)
+    text = f"{_class_name(exc)}: {_text(exc)}"
+    diag = _attribute(exc, "diag")
     if diag is not None:
-        extra = {
-            k: getattr(diag, k, None)
-            for k in ("schema_name", "table_name", "column_name", "constraint_name", "context")
-        }
+        extra = {k: _text_or_none(_attribute(diag, k))
+                 for k in ("schema_name", "table_name", "column_name", "constraint_name", "context")}
         extra = {k: v for k, v in extra.items() if v}
         if extra:
             text += " " + " ".join(f"{k}={v}" for k, v in extra.items())

@@ -25,7 +25,7 @@ import inspect
 import logging
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
@@ -242,7 +242,7 @@ def observe_node(name: str, fn: Callable, events: EventLog) -> Callable:
             "thread_id": str((config.get("configurable") or {}).get("thread_id", "default")),
             "attempt": getattr(info, "node_attempt", 1) or 1,
             "step": (config.get("metadata") or {}).get("langgraph_step"),
-            "started_at": datetime.now(timezone.utc),
+            "started_at": datetime.now(UTC),
         }
         t0 = time.perf_counter()
         try:

@@ -9,7 +9,8 @@ constants so that tests, notebooks and the scripted model can name them.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+import json
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported where used: the error translator (and the command line) need only the texts
@@ -31,10 +32,18 @@ LEDGER_ARGS_MISMATCH = (
     "this tool call id was already applied with other arguments; the earlier call stands. "
     "If the change is still needed, send it as a new call."
 )
+ALREADY_QUEUED_OTHERWISE = (
+    "{queued} is already queued under the same natural key (the same invoice or reference) and stands unchanged; "
+    "this call asks for another amount or customer and was not applied. Do not send it again as is; the same "
+    "arguments as the queued one are answered already_queued."
+)
 MISSING_CALL_ID = "this tool call has no id; send each call with its own plain, short id."
 CALL_ID_TOO_LONG = "this tool call id is too long to be stored; send each call with a plain, short id."
 INVALID_JSON_ARGUMENTS = "the arguments are not valid JSON; resend the call with a JSON object as its arguments."
 REJECTED_BY_REVIEWER = "a reviewer rejected this call; it was not applied. Do not send it again."
+REVIEWER_SAID = "{rejected} The reviewer said: {message}"  # a rejection that gives a reason
+CHANGED_AFTER_APPROVAL = ("this call was changed after a reviewer decided it, so it was not applied; send it again "
+                          "if it is still needed, and it will be reviewed again.")
 
 
 SYNTHETIC_ID_PREFIX = "call_syn_"
@@ -46,6 +55,13 @@ def synthetic_call_id(message_id: str, index: int, kind: str = "tool_call") -> s
     resume and replay, because the checkpointed AIMessage keeps its id."""
     digest = hashlib.sha256(f"{message_id}:{kind}:{index}".encode("utf-8", "surrogatepass")).hexdigest()
     return f"{SYNTHETIC_ID_PREFIX}{digest[:24]}"
+
+
+def args_hash(call: Mapping) -> str:
+    """SHA-256 (hex) of a tool call's name and arguments as key-sorted JSON: what a reviewer approves."""
+    text = json.dumps({"name": call.get("name"), "args": call.get("args")}, sort_keys=True, default=str,
+                      separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
 
 
 def with_call_ids(message: AIMessage) -> AIMessage | None:
@@ -100,7 +116,7 @@ def unanswered_tool_calls(messages: list[AnyMessage]) -> list[str]:
 def occurrences(messages: list[AnyMessage], at: int) -> dict[str, int]:
     """For each call id of the AIMessage ``messages[at]``: how many earlier AIMessages hold the same id.
 
-    The ledger keys a call by it (:func:`agentlab.core.tools_node.idempotency_key`): a node retry, a
+    The ledger keys a call by it (:func:`agentlab.core.batch.idempotency_key`): a node retry, a
     resume or a replay of that AIMessage sees the same history before it and so the same number; a
     later turn that reuses the id sees one more."""
     from langchain_core.messages import AIMessage

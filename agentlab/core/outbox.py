@@ -16,6 +16,10 @@ row's failure never rolls back the marks of the rows paid before it):
    row as ``dead_letter`` with the reason in ``last_error``. Any other error of a dispatch counts
    as a failed attempt of that row alone; the rows after it are still dispatched.
 
+A second intent under a dedupe key already queued (the natural key: an invoice's period, a refund's
+reference) is answered ``already_queued`` only when it is the same payment (topic, customer, amount);
+another one is refused ``FAILED [conflict]`` naming the queued one (:func:`send_payment`, case C50).
+
 Topics: ``payment.charge`` and ``payment.refund`` go to the payment provider; ``notify.email`` goes
 to the notification sink (:mod:`agentlab.sim.notifier`), which has no idempotency keys at all, so the
 look-up by reference in step 2 is the only thing that keeps a message to one delivery. Messages to
@@ -37,8 +41,15 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from agentlab.core.errors import IdempotencyConflict, ProviderError, is_infrastructure
+from agentlab.core.errors import (
+    Category,
+    IdempotencyConflict,
+    ProviderError,
+    ToolError,
+    is_infrastructure,
+)
 from agentlab.core.hooks import Hook, run_hooks
+from agentlab.core.messages import ALREADY_QUEUED_OTHERWISE
 from agentlab.core.storable import storable_text
 
 if TYPE_CHECKING:
@@ -49,6 +60,13 @@ log = logging.getLogger(__name__)
 CHARGE_TOPIC = "payment.charge"
 REFUND_TOPIC = "payment.refund"
 NOTIFY_TOPIC = "notify.email"
+
+
+def customer_ref(customer_id: int) -> str:
+    """The payment provider's name for one of our customers (``cus_<id>``): how a payment intent's
+    customer is known at the provider, and how a checker finds that customer's payments there."""
+    return f"cus_{customer_id}"
+
 
 INSERT_OUTBOX = """
 INSERT INTO public.outbox (topic, payload, dedupe_key, thread_id) VALUES (%s, %s, %s, %s)
@@ -82,6 +100,13 @@ NEXT_DUE = f"""
 SELECT min(available_at) - now() FROM outbox o
 WHERE status = 'pending' AND (%(thread)s::text IS NULL OR thread_id = %(thread)s) AND {IN_ORDER}
 """
+# What the payment queued under a dedupe key asks for (topic, then PAYMENT_FIELDS): read from the table
+# by its owner, and through public.queued_payment (its thread's tenant only) by the agent role, which
+# may not read payloads.
+QUEUED_UNDER_KEY = """
+SELECT topic, payload -> 'customer_id', payload -> 'amount_cents' FROM public.outbox WHERE dedupe_key = %s
+"""
+QUEUED_FOR_TENANT = "SELECT topic, customer_id, amount_cents FROM public.queued_payment(%s)"
 COUNT_BY_STATUS = "SELECT status, count(*) FROM outbox GROUP BY status"
 COUNT_BY_STATUS_OF_THREAD = "SELECT status, count(*) FROM outbox WHERE thread_id = %s GROUP BY status"
 
@@ -96,16 +121,31 @@ async def enqueue(conn, topic: str, payload: dict, dedupe_key: str, thread_id: s
     return await cur.fetchone() is not None
 
 
-async def send_payment(conn, ctx: "ToolContext", topic: str, key: str, payload: dict, result: dict) -> dict:
+# What the worker asks the provider for, besides the topic and the key: a payment's identity. Two intents
+# under one natural key are the same payment when these agree (the provider's own idempotency check
+# compares the same request: "same key, other parameters" is its IdempotencyConflict).
+PAYMENT_FIELDS = ("customer_id", "amount_cents")
+_PAYMENT_KIND = {CHARGE_TOPIC: "charge", REFUND_TOPIC: "refund"}
+
+
+async def send_payment(conn, ctx: ToolContext, topic: str, key: str, payload: dict, result: dict) -> dict:
     """Record the payment intent in the outbox (same transaction), or, without the outbox, call the
     provider inline as a first draft does: mid-transaction, with no idempotency key.
 
     ``payload`` holds ``customer_id`` and ``amount_cents``; ``result`` is the tool's result, to which
     ``status`` (``queued``, ``already_queued`` or ``sent``) and, inline, ``payment_id`` are added.
-    Raises RuntimeError when the outbox is off and ``ctx`` carries no provider."""
+    ``already_queued`` answers only the same payment (:data:`PAYMENT_FIELDS` and the topic agree with
+    the row queued under ``key``, the natural key); another one under that key is refused.
+
+    Raises:
+        ToolError: (conflict) a different payment is already queued under ``key``; the message names it.
+        RuntimeError: the outbox is off and ``ctx`` carries no provider.
+    """
     if ctx.safeguards.outbox:
-        queued = await enqueue(conn, topic, payload, key, ctx.thread_id)
-        return {**result, "status": "queued" if queued else "already_queued"}
+        if await enqueue(conn, topic, payload, key, ctx.thread_id):
+            return {**result, "status": "queued"}
+        await _refuse_another_payment(conn, ctx, topic, key, payload)
+        return {**result, "status": "already_queued"}
     if ctx.provider is None:
         raise RuntimeError("outbox is off and no payment provider was given to call inline")
     if topic == CHARGE_TOPIC:
@@ -113,6 +153,30 @@ async def send_payment(conn, ctx: "ToolContext", topic: str, key: str, payload: 
     else:
         resp = await ctx.provider.create_refund(payload["customer_id"], payload["amount_cents"], reference=key)
     return {**result, "status": "sent", "payment_id": resp["id"]}
+
+
+async def _refuse_another_payment(conn, ctx: ToolContext, topic: str, key: str, payload: dict) -> None:
+    """Return when the row queued under ``key`` is the payment ``topic`` and ``payload`` describe (same
+    topic and :data:`PAYMENT_FIELDS`); else raise :class:`ToolError` (conflict) naming the queued one:
+    "already queued" is an answer about the same arguments only (case C50). Under isolation the row is
+    read through ``public.queued_payment``: a row of another tenant's thread is not shown, only refused."""
+    query = QUEUED_FOR_TENANT if ctx.safeguards.isolation else QUEUED_UNDER_KEY
+    row = await (await conn.execute(query, (key,))).fetchone()
+    stored_topic, customer, amount = row if row is not None else (None, None, None)
+    stored = {"customer_id": customer, "amount_cents": amount}
+    if stored_topic == topic and all(_same(stored[f], payload.get(f)) for f in PAYMENT_FIELDS):
+        return
+    queued = f"a {_PAYMENT_KIND.get(stored_topic, 'payment')}"
+    if type(amount) is int:
+        queued += f" of {amount} cents"
+    if type(customer) is int:
+        queued += f" for customer {customer}"
+    raise ToolError(ALREADY_QUEUED_OTHERWISE.format(queued=queued), Category.CONFLICT)
+
+
+def _same(stored: Any, sent: Any) -> bool:
+    """A JSON value read back equals the one sent: same type and value (``True`` is not ``1``)."""
+    return type(stored) is type(sent) and stored == sent
 
 
 # --------------------------------------------------------------------------- the worker
@@ -129,7 +193,7 @@ class DrainStats:
     dead_lettered: int = 0
     rounds: int = 0
 
-    def add(self, other: "DrainStats") -> None:
+    def add(self, other: DrainStats) -> None:
         for f in ("claimed", "dispatched", "reconciled", "retried", "dead_lettered", "rounds"):
             setattr(self, f, getattr(self, f) + getattr(other, f))
 

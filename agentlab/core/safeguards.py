@@ -22,7 +22,6 @@ from enum import Enum
 
 from agentlab.core.schema import LAX_SCHEMA, STRICT_SCHEMA
 
-
 READ_COMMITTED, REPEATABLE_READ, SERIALIZABLE = "read committed", "repeatable read", "serializable"
 ISOLATION_LEVELS = (READ_COMMITTED, REPEATABLE_READ, SERIALIZABLE)
 
@@ -88,7 +87,7 @@ class Safeguards:
         """The schema holding the business tables this run writes to."""
         return STRICT_SCHEMA if self.constraints else LAX_SCHEMA
 
-    def replace(self, **changes) -> "Safeguards":
+    def replace(self, **changes) -> Safeguards:
         """A copy with ``changes`` applied, named ``custom`` unless a name is given."""
         changes.setdefault("name", "custom")
         return dataclasses.replace(self, **changes)

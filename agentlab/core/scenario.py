@@ -50,7 +50,7 @@ class PlannedCall:
     fix: dict | None = None
     reorder: bool = False
 
-    def resolve(self, ids: list[int]) -> "PlannedCall":
+    def resolve(self, ids: list[int]) -> PlannedCall:
         return dataclasses.replace(self, args=_resolve(self.args, ids),
                                    fix=_resolve(self.fix, ids) if self.fix is not None else None)
 
@@ -71,19 +71,19 @@ class Scenario:
         """The steps with customer references replaced by the episode's ids."""
         return [[call.resolve(ids) for call in step] for step in self.steps]
 
-    def with_call(self, step: int, index: int, **changes) -> "Scenario":
+    def with_call(self, step: int, index: int, **changes) -> Scenario:
         """A copy with one planned call changed (used by faults that hallucinate an argument)."""
         steps = [list(s) for s in self.steps]
         steps[step][index] = dataclasses.replace(steps[step][index], **changes)
         return dataclasses.replace(self, steps=tuple(tuple(s) for s in steps))
 
-    def with_step(self, calls: tuple[PlannedCall, ...], *, at: int | None = None) -> "Scenario":
+    def with_step(self, calls: tuple[PlannedCall, ...], *, at: int | None = None) -> Scenario:
         """A copy with one more step (batch) inserted at position ``at`` (default: last)."""
         steps = list(self.steps)
         steps.insert(len(steps) if at is None else at, tuple(calls))
         return dataclasses.replace(self, steps=tuple(steps))
 
-    def clean(self) -> "Scenario":
+    def clean(self) -> Scenario:
         """A copy without the scripted hallucinations: every call sends its corrected arguments first.
 
         Faults start from the clean form, so that a violation in a fault's row comes from that fault.

@@ -16,8 +16,9 @@ The ``constraints`` safeguard is switched off by a real mechanism: a domain may 
 in ``lax`` with NOT NULL only (``CREATE TABLE ... (LIKE ... INCLUDING DEFAULTS)``), and a batch picks the
 strict (``public``) or the lax copy with ``search_path``.
 
-Least privilege and tenant isolation (see :mod:`agentlab.lab.tenancy`): a cluster-wide ``NOLOGIN`` role
-:data:`AGENT_ROLE` holds only what the tools need: here, insert and read the ledger, insert into the
+Least privilege and tenant isolation (see :mod:`agentlab.lab.tenancy`): a cluster-wide role
+:data:`AGENT_ROLE` (``LOGIN`` since the migration that lets the tools pool log in as it) holds only what
+the tools need: here, insert and read the ledger, insert into the
 outbox and bind a thread's tenant; each domain grants it its own tables. Row-level security shows that
 role only the rows of the tenant in the setting :data:`TENANT_SETTING` (:data:`TENANT_PREDICATE`).
 """
@@ -71,6 +72,34 @@ $$;
 """
 # Visible to the agent role: rows of the tenant named by the setting (no setting, no rows).
 TENANT_PREDICATE = f"tenant_id = nullif(current_setting('{TENANT_SETTING}', true), '')"
+# No tenant set: outside any batch (a batch always sets one). The node's own look-ups there, a thread's
+# tenant (C25) and, after a lost COMMIT, its ledger rows by key, run on the tools' login as the agent role.
+NO_TENANT = f"nullif(current_setting('{TENANT_SETTING}', true), '') IS NULL"
+
+# The agent role may log in, so an isolating preset's tools pool connects as it and has no superuser to go
+# back to (case C45). Tolerant: a connecting user that may not alter the role gets a warning here, and the
+# tools pool, when it cannot log in, says what to run. Two databases migrating at once may race on the
+# role's catalog row ("tuple concurrently updated"): the loser finds it done.
+AGENT_LOGIN = """
+DO $$
+BEGIN
+    IF NOT (SELECT rolcanlogin FROM pg_roles WHERE rolname = '{role}') THEN
+        ALTER ROLE {role} LOGIN;
+    END IF;
+EXCEPTION
+    WHEN insufficient_privilege THEN
+        RAISE WARNING 'the connecting role % cannot let {role} log in', current_user
+            USING HINT = 'as a superuser run: ALTER ROLE {role} LOGIN';
+    WHEN internal_error THEN
+        IF NOT (SELECT rolcanlogin FROM pg_roles WHERE rolname = '{role}') THEN
+            RAISE;
+        END IF;
+END
+$$;
+"""
+# The core's tables the agent role may reach without row-level security, on purpose (case C42): the outbox
+# has no tenant column; the agent inserts intents and reads back only ``id`` and ``dedupe_key``.
+SHARED_TABLES = ("public.outbox",)
 
 
 CREATE_MIGRATIONS_TABLE = """
@@ -388,6 +417,90 @@ MIGRATIONS: tuple[Migration, ...] = (
             acquired_at timestamptz NOT NULL DEFAULT now(),
             expires_at  timestamptz NOT NULL
         );
+        """,
+    ),
+    Migration(
+        "what a payment queued under a natural key asks for, for its own tenant's threads only (case C50)",
+        f"""
+        -- the agent role may not read the outbox's payloads (every tenant's); this shows it the topic,
+        -- customer and amount of the row under one dedupe key, when that row's thread is its tenant's
+        CREATE FUNCTION public.queued_payment(wanted_key text)
+            RETURNS TABLE (topic text, customer_id jsonb, amount_cents jsonb)
+            LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public
+        AS $$
+            SELECT o.topic, o.payload -> 'customer_id', o.payload -> 'amount_cents'
+            FROM public.outbox o JOIN public.thread_tenants t ON t.thread_id = o.thread_id
+            WHERE o.dedupe_key = wanted_key AND t.tenant_id = nullif(current_setting('{TENANT_SETTING}', true), '')
+        $$;
+        REVOKE ALL ON FUNCTION public.queued_payment(text) FROM PUBLIC;
+        GRANT EXECUTE ON FUNCTION public.queued_payment(text) TO {AGENT_ROLE};
+        """,
+    ),
+    Migration(
+        "a lease's own TTL: every renewal extends it by that much (a heartbeated lease frees a crashed run's "
+        "thread within seconds, case C41)",
+        """
+        ALTER TABLE runs.thread_leases ADD COLUMN ttl_ms integer NOT NULL DEFAULT 60000 CHECK (ttl_ms > 0);
+        """,
+    ),
+    Migration(
+        "the agent role logs in (the tools pool under isolation); its lease renewal and look-ups outside a batch",
+        AGENT_LOGIN.format(role=AGENT_ROLE)
+        + f"""
+        -- a batch renews its run's lease on the tools' own connection: through this function, never the table
+        CREATE FUNCTION runs.renew_lease(node_ttl_ms bigint, thread text, token text) RETURNS SETOF text
+            LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+            AS $$
+                UPDATE runs.thread_leases
+                SET expires_at = clock_timestamp() + least(ttl_ms, node_ttl_ms) * interval '1 millisecond'
+                WHERE thread_id = thread AND owner_token = token
+                RETURNING owner_token
+            $$;
+        REVOKE ALL ON FUNCTION runs.renew_lease(bigint, text, text) FROM PUBLIC;
+        GRANT USAGE ON SCHEMA runs TO {AGENT_ROLE};
+        GRANT EXECUTE ON FUNCTION runs.renew_lease(bigint, text, text) TO {AGENT_ROLE};
+        CREATE POLICY thread_tenants_lookup ON public.thread_tenants FOR SELECT TO {AGENT_ROLE}
+            USING ({NO_TENANT});
+        CREATE POLICY tool_executions_lookup ON public.tool_executions FOR SELECT TO {AGENT_ROLE}
+            USING ({NO_TENANT});
+        """,
+    ),
+    Migration(
+        "tool-call budgets: calls spent per thread and per run, per tool and in total, spent in the batch",
+        f"""
+        -- one row per counter; tool '*' is the total. A batch spends through runs.spend_calls, in the
+        -- call's savepoint: a call undone (its own failure, an atomic rollback) gives its calls back
+        CREATE TABLE runs.call_budgets (
+            scope       text NOT NULL CONSTRAINT call_budgets_scope_valid CHECK (scope IN ('thread', 'run')),
+            scope_id    text NOT NULL,
+            tool        text NOT NULL,
+            used        integer NOT NULL CONSTRAINT call_budgets_used_nonnegative CHECK (used >= 0),
+            limit_calls integer NOT NULL CONSTRAINT call_budgets_limit_positive CHECK (limit_calls > 0),
+            PRIMARY KEY (scope, scope_id, tool),
+            CONSTRAINT call_budgets_within_limit CHECK (used <= limit_calls)
+        );
+        -- spend one call on each counter named; returns the counters that had room (the others are unchanged
+        -- by this call only once the caller rolls its savepoint back)
+        CREATE FUNCTION runs.spend_calls(scopes text[], scope_ids text[], tools text[], limits integer[])
+            RETURNS TABLE (scope text, tool text)
+            LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+            AS $$
+                INSERT INTO runs.call_budgets AS b (scope, scope_id, tool, used, limit_calls)
+                SELECT s, i, t, 1, l FROM unnest(scopes, scope_ids, tools, limits) AS u(s, i, t, l)
+                ON CONFLICT ON CONSTRAINT call_budgets_pkey DO UPDATE
+                    SET used = b.used + 1, limit_calls = excluded.limit_calls
+                    WHERE b.used < excluded.limit_calls
+                RETURNING b.scope, b.tool
+            $$;
+        REVOKE ALL ON FUNCTION runs.spend_calls(text[], text[], text[], integer[]) FROM PUBLIC;
+        GRANT EXECUTE ON FUNCTION runs.spend_calls(text[], text[], text[], integer[]) TO {AGENT_ROLE};
+        """,
+    ),
+    Migration(
+        "approval decisions: who decided, and per call approve / edit (the edited arguments and their hash) / "
+        "reject (the reviewer's reason)",
+        """
+        ALTER TABLE approval_requests ADD COLUMN decided_by text, ADD COLUMN decision_details jsonb;
         """,
     ),)
 

@@ -57,7 +57,7 @@ class ToolContext:
 
     thread_id: str
     tool_call_id: str
-    safeguards: "Safeguards"
+    safeguards: Safeguards
     provider: Any = None
     tenant_id: str | None = None
 
@@ -67,7 +67,16 @@ Handler = Callable[["AsyncConnection", Mapping[str, Any], ToolContext], Awaitabl
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """One tool: its name, argument model, handler and whether it writes or reaches the outside world."""
+    """One tool: its name, argument model, handler, whether it writes or reaches the outside world, and its
+    time budget.
+
+    ``timeout_ms``: each statement of a call of this tool is cancelled once it has run this many
+    milliseconds, and the call is answered ``FAILED [timeout]`` (:mod:`agentlab.core.batch.timeouts`);
+    None: the batch's ``statement_timeout`` (``Safeguards.statement_timeout_ms``).
+
+    Raises:
+        DomainError: ``timeout_ms`` is not a whole number of milliseconds above zero.
+    """
 
     name: str
     args_model: type[BaseModel]
@@ -75,6 +84,14 @@ class ToolSpec:
     writes: bool
     external: bool = False
     description: str = field(default="")
+    timeout_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        t = self.timeout_ms
+        if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t <= 0):
+            raise DomainError(
+                f"tool {self.name!r}: timeout_ms must be a whole number of milliseconds above zero, got {t!r}; "
+                "leave it None for the batch's statement_timeout")
 
     @property
     def arg_names(self) -> tuple[str, ...]:
@@ -86,10 +103,11 @@ class ToolSpec:
 
 
 def tool(args_model: type[BaseModel], handler: Handler, *, writes: bool, external: bool = False,
-         name: str | None = None) -> ToolSpec:
-    """A :class:`ToolSpec` named after its argument model (or ``name``), described by its docstring."""
+         name: str | None = None, timeout_ms: int | None = None) -> ToolSpec:
+    """A :class:`ToolSpec` named after its argument model (or ``name``), described by its docstring, with
+    ``timeout_ms`` as its time budget (None: the batch's). Raises DomainError for a budget of zero or less."""
     return ToolSpec(name or args_model.__name__, args_model, handler, writes, external,
-                    (args_model.__doc__ or "").strip())
+                    (args_model.__doc__ or "").strip(), timeout_ms)
 
 
 def _check_strict(spec: ToolSpec) -> None:

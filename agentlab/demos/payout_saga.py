@@ -35,14 +35,13 @@ from dataclasses import dataclass
 from langchain_core.messages import HumanMessage, SystemMessage
 
 from agentlab.core.errors import NotFound
-from agentlab.lab.row_lock import RowLock
-from agentlab.sim.model import ScriptedChatModel
-from agentlab.core.outbox import NOTIFY_TOPIC
+from agentlab.core.outbox import INSERT_OUTBOX, NOTIFY_TOPIC
 from agentlab.core.safeguards import preset
-from agentlab.durable.saga import SagaDefinition, SagaReport, SagaRunner, Step, StepContext
-from agentlab.core.outbox import INSERT_OUTBOX
 from agentlab.core.toolspec import ToolContext
 from agentlab.domains.billing.tools import queue_refund
+from agentlab.durable.saga import SagaDefinition, SagaReport, SagaRunner, Step, StepContext
+from agentlab.lab.row_lock import RowLock
+from agentlab.sim.model import ScriptedChatModel
 
 SAGA_NAME = "store_credit_payout"
 

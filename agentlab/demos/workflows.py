@@ -22,18 +22,24 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage
 
-from agentlab.durable.approval import APPROVAL, APPROVE, REJECT, ApprovalPolicy, interrupts_of, resume_command
+from agentlab.core.graph import run_config
+from agentlab.core.outbox import outbox_counts
+from agentlab.core.safeguards import preset
 from agentlab.demos.catalog import WORKFLOW_DEMOS
+from agentlab.demos.payout_saga import (
+    backward_recovery,
+    escalation,
+    forward_recovery,
+    notice_model,
+    store_credit_payout,
+)
 from agentlab.demos.report import kept_lines, render_episode
 from agentlab.demos.report import report as episode_report
-from agentlab.core.graph import run_config
+from agentlab.domains.billing.scenarios import CustomerSpec, create_customers
+from agentlab.durable.approval import APPROVAL, APPROVE, REJECT, ApprovalPolicy, interrupts_of, resume_command
+from agentlab.durable.saga import Backoff
 from agentlab.runtime.harness import Episode, Harness
 from agentlab.sim.model import ScriptedChatModel
-from agentlab.core.outbox import outbox_counts
-from agentlab.demos.payout_saga import backward_recovery, escalation, forward_recovery, notice_model, store_credit_payout
-from agentlab.durable.saga import Backoff
-from agentlab.core.safeguards import preset
-from agentlab.domains.billing.scenarios import CustomerSpec, create_customers
 
 DAYS_LATER = 3
 SAGA_OPENING_CREDIT_CENTS = 5000

@@ -21,9 +21,23 @@ With an :class:`ApprovalPolicy`, :func:`agentlab.core.graph.build_graph` puts an
    not decided by the answer given to the old request; the thread stops again on a new one. Each listed call carries ``args_sha256`` (:func:`args_hash`); an answer may name it,
    and the request key, to bind explicitly (:func:`decisions_from`).
 4. each rejected call gets its ToolMessage here, ``FAILED [rejected]`` with
-   :data:`agentlab.core.errors.REJECTED_BY_REVIEWER`, which the scripted model reads as "drop it"; the
-   tools node then runs only the approved calls still without a ToolMessage (case C06). When every
-   call was rejected, the run goes straight back to ``agent``.
+   :data:`agentlab.core.errors.REJECTED_BY_REVIEWER` (and the reviewer's reason when one was given,
+   :func:`reject_call`), which the scripted model reads as "drop it"; the tools node then runs only the
+   approved calls still without a ToolMessage (case C06). When every call was rejected, the run goes
+   straight back to ``agent``.
+
+Approve, edit, reject (as LangChain's human-in-the-loop middleware offers). A decision may also be
+``{"decision": "edit", "args": {...}, "args_sha256": hash}`` (:func:`edit_call`): the new arguments are
+validated like any call (the tool's strict argument model, storable text), and the edit is bound to the
+call the reviewer saw (``args_sha256`` must be that call's, as for an explicit approve; otherwise it counts
+as a rejection). An edit that fails validation decides nothing: the node stops again on the same request,
+with ``errors`` (``{tool_call_id: reason}``) for the reviewer, and nothing is recorded. A valid edit
+replaces the call's arguments in the AIMessage (same message id, same tool call id), so the call the tools
+node runs is exactly the edited one; its hash (:func:`args_hash` of tool and edited arguments) is recorded.
+The decisions are recorded with who decided (``{"decisions": ..., "reviewer": name}``, see
+:func:`resume_command`) and when, in ``approval_requests.decided_by``, ``decided_at`` and
+``decision_details`` (``{tool_call_id: {"decision", "args_sha256", "args"?, "message"?}}``;
+:func:`approval_decisions`). The ``decisions`` column keeps its ``{tool_call_id: word}`` shape.
 
 The side effect itself (the refund) happens after approval, in the tools node, under the ledger's
 key (tenant, thread, tool call id, occurrence); the payment leaves through the outbox under its
@@ -42,7 +56,6 @@ idempotent", resuming with ``Command(resume=...)``); Stripe "Idempotent requests
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -53,14 +66,17 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphInterrupt
 from langgraph.runtime import Runtime
 from langgraph.types import Command, interrupt
+from pydantic import ValidationError
 
 from agentlab.core.errors import Category
-from agentlab.core.messages import FAILED_TEMPLATE, REJECTED_BY_REVIEWER
+from agentlab.core.messages import FAILED_TEMPLATE, REJECTED_BY_REVIEWER, REVIEWER_SAID, args_hash
 from agentlab.core.storable import UNSTORABLE_REASON, storable_text, unstorable_path
 from agentlab.domains.billing.scenarios import C, CustomerSpec, Intended, PlannedCall, Scenario
 
 APPROVE = "approve"
+EDIT = "edit"
 REJECT = "reject"
+MAX_REASON_CHARS = 500  # a reviewer's reason, as the model reads it
 DEFAULT_THRESHOLD_CENTS = 10_000  # refunds above 100.00 need a person
 APPROVAL_NODE = "approve"
 REJECTED_MESSAGE = FAILED_TEMPLATE.format(category=Category.REJECTED.value, reason=REJECTED_BY_REVIEWER)
@@ -70,8 +86,16 @@ INSERT INTO approval_requests (request_key, thread_id, node, step, calls) VALUES
 ON CONFLICT (request_key) DO NOTHING
 """
 RECORD_DECISIONS = """
-UPDATE approval_requests SET status = 'decided', decisions = %s, decided_at = now()
-WHERE request_key = %s AND status = 'pending'
+UPDATE approval_requests SET status = 'decided', decisions = %(decisions)s, decision_details = %(details)s,
+                             decided_by = %(reviewer)s, decided_at = now()
+WHERE request_key = %(key)s AND status = 'pending'
+"""
+LIST_DECISIONS = """
+SELECT r.request_key, d.key AS tool_call_id, d.value->>'decision' AS decision, d.value->>'args_sha256' AS args_sha256,
+       d.value->'args' AS args, d.value->>'message' AS message, r.decided_by, r.decided_at
+FROM approval_requests r CROSS JOIN LATERAL jsonb_each(r.decision_details) d
+WHERE r.status = 'decided' AND (%(thread)s::text IS NULL OR r.thread_id = %(thread)s)
+ORDER BY r.decided_at, r.request_key, d.key
 """
 SHOWN_AT = """
 SELECT shown_at FROM approval_requests
@@ -104,37 +128,132 @@ def last_batch(messages: list[AnyMessage]) -> tuple[list[dict], set[str]]:
     return list(messages[at].tool_calls), answered
 
 
-def args_hash(call: Mapping[str, Any]) -> str:
-    """SHA-256 (hex) of a tool call's name and arguments as key-sorted JSON: what a reviewer approves."""
-    text = json.dumps({"name": call.get("name"), "args": call.get("args")}, sort_keys=True, default=str,
-                      separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
+@dataclass(frozen=True)
+class Decision:
+    """What a reviewer decided for one call.
+
+    ``decision`` is ``"approve"``, ``"edit"`` or ``"reject"``; ``args_sha256`` the :func:`args_hash` of the
+    call that runs (approve: as shown; edit: with the edited arguments) or of the call shown (reject);
+    ``args`` the edited arguments (edit only); ``message`` the reviewer's reason (reject, optional)."""
+
+    decision: str
+    args_sha256: str
+    args: dict | None = None
+    message: str | None = None
+
+    def record(self) -> dict:
+        """The JSON stored in ``approval_requests.decision_details`` for this call."""
+        out: dict[str, Any] = {"decision": self.decision, "args_sha256": self.args_sha256}
+        if self.args is not None:
+            out["args"] = self.args
+        if self.message is not None:
+            out["message"] = self.message
+        return out
 
 
-def decisions_from(answer: Any, calls: list[dict], *, request: Mapping[str, Any] | None = None) -> dict[str, str]:
-    """Normalise a resume value to ``{tool_call_id: "approve" | "reject"}`` for ``calls``.
+@dataclass(frozen=True)
+class Answer:
+    """A resume value read against the calls it answers: ``decisions`` by tool call id, ``errors`` (edits
+    that failed validation: ``{tool_call_id: reason}``; when any, nothing is decided) and ``reviewer``."""
 
-    ``answer`` is one word for every call, or a mapping by tool call id whose values are a word or
-    ``{"decision": word, "args_sha256": hash}``; either may be wrapped as ``{"request_key": key,
-    "decisions": ...}``. Only ``"approve"`` approves; anything else, a call the mapping does not
-    name, a hash that is not the call's current :func:`args_hash`, or a ``request_key`` that is not
-    ``request``'s, is rejected.
+    decisions: dict[str, Decision]
+    errors: dict[str, str]
+    reviewer: str | None = None
+
+
+def _reason(value: Any) -> str | None:
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return storable_text(value.strip())[:MAX_REASON_CHARS]
+
+
+def edit_errors(toolset, call: Mapping[str, Any], args: Any) -> str | None:
+    """Why ``args`` cannot replace ``call``'s arguments (for the reviewer), or None when they can: they
+    must be an object that the tool's strict argument model accepts and that the database can store."""
+    if not isinstance(args, Mapping):
+        return "the edited arguments must be an object of argument names and values"
+    if toolset is None:
+        return "edits need the tools node's toolset to validate them; approve or reject this call instead"
+    if (where := unstorable_path({"args": dict(args)})) is not None:
+        return f"{where.removeprefix('args.')}: {UNSTORABLE_REASON}"
+    try:
+        toolset.get_tool(call.get("name")).validate(args)
+    except ValidationError as exc:
+        return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors())
+    except Exception as exc:  # an unknown tool (UnknownTool) or a model that raised
+        return str(exc) or type(exc).__name__
+    return None
+
+
+def read_answer(answer: Any, calls: list[dict], *, request: Mapping[str, Any] | None = None,
+                toolset=None) -> Answer:
+    """Read a resume value as a :class:`Decision` per call of ``calls``.
+
+    ``answer`` is one word for every call, or a mapping by tool call id whose values are a word,
+    ``{"decision": "approve", "args_sha256": hash}``, ``{"decision": "edit", "args": {...},
+    "args_sha256": hash}`` (:func:`edit_call`) or ``{"decision": "reject", "message": reason}``
+    (:func:`reject_call`); either may be wrapped as ``{"decisions": ..., "request_key": key,
+    "reviewer": name}`` (both keys optional). Only an approve or a valid edit lets a call run; anything
+    else, a call the mapping does not name, an approve or edit whose hash is not the call's current
+    :func:`args_hash`, or a ``request_key`` that is not ``request``'s, is a rejection. An edit is checked with
+    :func:`edit_errors` against ``toolset`` (the tools node's); a failing one is reported in ``errors``.
     """
-    if isinstance(answer, Mapping) and "decisions" in answer and "request_key" in answer:
-        if request is not None and answer["request_key"] != request.get("request_key"):
-            return {c["id"]: REJECT for c in calls}
+    reviewer = None
+    if isinstance(answer, Mapping) and "decisions" in answer:
+        reviewer = _reason(answer.get("reviewer"))
+        if "request_key" in answer and request is not None and answer["request_key"] != request.get("request_key"):
+            return Answer({c["id"]: Decision(REJECT, args_hash(c)) for c in calls}, {}, reviewer)
         answer = answer["decisions"]
+    errors: dict[str, str] = {}
 
-    def word(value: Any, call: dict) -> str:
-        if isinstance(value, Mapping):
-            if value.get("args_sha256") != args_hash(call):
-                return REJECT
-            value = value.get("decision")
-        return APPROVE if value == APPROVE else REJECT
+    def one(value: Any, call: dict) -> Decision:
+        shown = args_hash(call)
+        if not isinstance(value, Mapping):
+            return Decision(APPROVE if value == APPROVE else REJECT, shown)
+        word = value.get("decision")
+        if word == REJECT or word not in (APPROVE, EDIT):
+            return Decision(REJECT, shown, message=_reason(value.get("message")))
+        if value.get("args_sha256") != shown:  # bound to another version of the call (case C22)
+            return Decision(REJECT, shown)
+        if word == APPROVE:
+            return Decision(APPROVE, shown)
+        if (error := edit_errors(toolset, call, value.get("args"))) is not None:
+            errors[call["id"]] = error
+            return Decision(REJECT, shown)
+        args = json.loads(json.dumps(dict(value["args"]), default=str))
+        return Decision(EDIT, args_hash({"name": call.get("name"), "args": args}), args=args)
 
-    if isinstance(answer, Mapping):
-        return {c["id"]: word(answer.get(c["id"]), c) for c in calls}
-    return {c["id"]: word(answer, c) for c in calls}
+    values = (lambda c: answer.get(c["id"])) if isinstance(answer, Mapping) else (lambda c: answer)
+    return Answer({c["id"]: one(values(c), c) for c in calls}, errors, reviewer)
+
+
+def decisions_from(answer: Any, calls: list[dict], *, request: Mapping[str, Any] | None = None,
+                   toolset=None) -> dict[str, str]:
+    """Normalise a resume value to ``{tool_call_id: "approve" | "edit" | "reject"}`` for ``calls`` (see
+    :func:`read_answer`; an edit that fails validation counts as ``"reject"`` here)."""
+    return {i: d.decision for i, d in read_answer(answer, calls, request=request, toolset=toolset).decisions.items()}
+
+
+def edit_call(listed: Mapping[str, Any], args: Mapping[str, Any]) -> dict:
+    """The decision that edits one call: ``listed`` is the call as the request listed it (its
+    ``args_sha256`` binds the edit to what the reviewer saw), ``args`` the new arguments, in full."""
+    return {"decision": EDIT, "args": dict(args), "args_sha256": listed["args_sha256"]}
+
+
+def reject_call(message: str) -> dict:
+    """The decision that rejects one call with ``message``, the reviewer's reason (the model reads it in
+    the call's ToolMessage, cut to :data:`MAX_REASON_CHARS` characters)."""
+    return {"decision": REJECT, "message": message}
+
+
+def edited_message(message: AIMessage, decisions: Mapping[str, Decision]) -> AIMessage | None:
+    """A copy of ``message`` (same id) whose edited calls carry their edited arguments; None when no call
+    of it was edited."""
+    edits = {i: d.args for i, d in decisions.items() if d.decision == EDIT}
+    if not edits:
+        return None
+    calls = [{**c, "args": edits[c["id"]]} if c.get("id") in edits else c for c in message.tool_calls]
+    return message.model_copy(update={"tool_calls": calls})
 
 
 def _answers(answer: Any, request: Mapping[str, Any], index: int, shown_at: int | None, *, bound: bool) -> bool:
@@ -164,9 +283,12 @@ def unstorable_message(call: dict) -> ToolMessage:
                        artifact={"outcome": "failed", "category": Category.INVALID_ARGUMENTS.value})
 
 
-def rejected_message(call: dict) -> ToolMessage:
-    """The ToolMessage of a call a reviewer rejected (model-facing text: :data:`REJECTED_MESSAGE`)."""
-    return ToolMessage(REJECTED_MESSAGE, tool_call_id=call["id"], name=call.get("name"), status="error",
+def rejected_message(call: dict, message: str | None = None) -> ToolMessage:
+    """The ToolMessage of a call a reviewer rejected (model-facing text: :data:`REJECTED_MESSAGE`, followed by
+    the reviewer's reason ``message`` when given: :data:`agentlab.core.messages.REVIEWER_SAID`)."""
+    content = REJECTED_MESSAGE if message is None else REVIEWER_SAID.format(rejected=REJECTED_MESSAGE,
+                                                                            message=message)
+    return ToolMessage(content, tool_call_id=call["id"], name=call.get("name"), status="error",
                        artifact={"outcome": "failed", "category": Category.REJECTED.value})
 
 
@@ -244,22 +366,35 @@ class ApprovalPolicy:
                     row = await (await conn.execute(SHOWN_AT, (thread_id, self.node, calls_json))).fetchone()
                     shown_at = row[0] if row else None
             index = 0  # the n-th interrupt() of this node run: LangGraph pairs resume values with them in order
+            shown, retry_at = req, None  # after an edit that failed validation: the request with its errors
             while True:
                 try:
-                    answer = interrupt(req)
+                    answer = interrupt(shown)
                 except GraphInterrupt:
                     if pool is not None:  # the request is what a person sees now, at this interrupt
                         async with pool.connection() as conn:
                             await conn.execute(MARK_SHOWN, (index, req["request_key"]))
                     raise
-                if _answers(answer, req, index, shown_at, bound=pool is not None):
-                    break
-                index += 1  # an answer to another request (the call changed since): ask again
-            decisions = decisions_from(answer, pending, request=req)
+                if index == retry_at or _answers(answer, req, index, shown_at, bound=pool is not None):
+                    read = read_answer(answer, pending, request=req, toolset=toolset)
+                    if not read.errors:
+                        break
+                    shown, retry_at = {**req, "errors": read.errors}, index + 1  # decide nothing, ask again
+                index += 1  # an answer to another request (the call changed since), or a failed edit: ask again
+            decisions = read.decisions
             if pool is not None:
                 async with pool.connection() as conn:
-                    await conn.execute(RECORD_DECISIONS, (json.dumps(decisions), req["request_key"]))
-            return {"messages": out + [rejected_message(c) for c in pending if decisions[c["id"]] != APPROVE]}
+                    await conn.execute(RECORD_DECISIONS, {
+                        "decisions": json.dumps({i: d.decision for i, d in decisions.items()}),
+                        "details": json.dumps({i: d.record() for i, d in decisions.items()}),
+                        "reviewer": read.reviewer, "key": req["request_key"]})
+            ai = next(m for m in reversed(state["messages"]) if isinstance(m, AIMessage))
+            edited = edited_message(ai, decisions)
+            return {"messages": ([edited] if edited is not None else []) + out + [
+                rejected_message(c, decisions[c["id"]].message) for c in pending
+                if decisions[c["id"]].decision == REJECT],
+                "approved": {"message_id": ai.id, "calls": {  # the tools node runs these only as decided
+                    i: d.args_sha256 for i, d in decisions.items() if d.decision != REJECT}}}
 
         return approve
 
@@ -283,9 +418,12 @@ async def pending_requests(graph, config: dict) -> list[dict]:
     return [i.value for task in snapshot.tasks for i in task.interrupts]
 
 
-def resume_command(decisions: Mapping[str, str] | str) -> Command:
-    """``Command(resume=decisions)``: a mapping ``{tool_call_id: "approve" | "reject"}`` or one word for all."""
-    return Command(resume=dict(decisions) if isinstance(decisions, Mapping) else decisions)
+def resume_command(decisions: Mapping[str, Any] | str, *, reviewer: str | None = None) -> Command:
+    """``Command(resume=decisions)``: a mapping ``{tool_call_id: "approve" | "reject" | decision}`` (a
+    decision: :func:`edit_call`, :func:`reject_call`) or one word for all. With ``reviewer`` (who decides,
+    recorded in ``approval_requests.decided_by``) the value is ``{"decisions": ..., "reviewer": reviewer}``."""
+    value = dict(decisions) if isinstance(decisions, Mapping) else decisions
+    return Command(resume=value if reviewer is None else {"decisions": value, "reviewer": reviewer})
 
 
 async def approval_requests(pool, thread_id: str | None = None):
@@ -296,6 +434,18 @@ async def approval_requests(pool, thread_id: str | None = None):
         rows = await (await conn.execute(LIST_REQUESTS, {"thread": thread_id})).fetchall()
     return pd.DataFrame(rows, columns=["request_key", "thread_id", "node", "step", "calls", "status", "decisions",
                                        "requested_at", "decided_at"])
+
+
+async def approval_decisions(pool, thread_id: str | None = None):
+    """The recorded decisions, one row per call, as a pandas DataFrame, oldest first: ``request_key``,
+    ``tool_call_id``, ``decision`` (approve / edit / reject), ``args_sha256`` (of the call that runs, or was
+    shown), ``args`` (edited ones), ``message`` (a rejection's reason), ``decided_by``, ``decided_at``."""
+    import pandas as pd
+
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(LIST_DECISIONS, {"thread": thread_id})).fetchall()
+    return pd.DataFrame(rows, columns=["request_key", "tool_call_id", "decision", "args_sha256", "args", "message",
+                                       "decided_by", "decided_at"])
 
 
 # The approval story: two refunds above the threshold in one batch; the intended end state is the
@@ -359,8 +509,8 @@ async def resume_days_later(h, *, days: float = 3, seed: int = 0, thread_id: str
 
     from agentlab.core.errors import SimulatedCrash
     from agentlab.core.graph import build_graph, run_config
-    from agentlab.sim.model import ScriptedChatModel
     from agentlab.core.safeguards import preset
+    from agentlab.sim.model import ScriptedChatModel
 
     sg = preset("full")
     ids = await h.create_customers(APPROVAL, sg)

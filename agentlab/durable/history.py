@@ -212,9 +212,9 @@ async def replay_and_fork_experiment(h, *, seed: int = 0, actions=EXPERIMENT_ACT
     """
     import pandas as pd
 
-    from agentlab.sim.model import ScriptedChatModel
     from agentlab.core.safeguards import preset
     from agentlab.domains.billing.scenarios import get_scenario
+    from agentlab.sim.model import ScriptedChatModel
 
     scenario = get_scenario("refund")
     rows = []

@@ -144,7 +144,7 @@ class Job:
     lease_expired: bool | None
 
     @classmethod
-    def from_row(cls, row) -> "Job":
+    def from_row(cls, row) -> Job:
         return cls(row[0], row[1], row[2], row[3], JobStatus(row[4]), row[5], row[6], row[7], row[8])
 
 
@@ -272,7 +272,7 @@ class JobStore:
             remaining = None if deadline is None else max(deadline - loop.time(), 0.0)
             try:
                 result = await asyncio.wait_for(asyncio.shield(task), remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise JobTimeout(job_key, JobStatus.RUNNING.value) from None
             except JobLost:
                 job = await self.get(job_key)

@@ -39,8 +39,8 @@ Sources: langgraph-checkpoint-postgres 3.2 ``AsyncPostgresSaver.aprune`` / ``ade
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 
@@ -371,9 +371,9 @@ async def retention_experiment(h, *, turns: tuple[int, ...] = (1, 20, 60), idle_
     from langchain_core.messages import HumanMessage
 
     from agentlab.core.graph import run_config
-    from agentlab.sim.model import ScriptedChatModel
     from agentlab.core.safeguards import preset
     from agentlab.domains.billing.scenarios import get_scenario
+    from agentlab.sim.model import ScriptedChatModel
 
     scenario, sg = get_scenario("refund"), preset("full")
     own: list[str] = []
@@ -386,6 +386,6 @@ async def retention_experiment(h, *, turns: tuple[int, ...] = (1, 20, 60), idle_
         for turn in range(n - 1):
             await graph.ainvoke({"messages": [HumanMessage(f"Thanks. Is anything else open? ({turn + 1})")]},
                                 config, durability="sync")
-    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=idle_days)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=idle_days)
     scope = None if threads is None else [*threads, *own]
     return await apply_retention(h.saver, h.pool, policy, now=later, threads=scope)

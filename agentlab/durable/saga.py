@@ -54,269 +54,32 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from agentlab.core.errors import AgentlabError, is_infrastructure
-from agentlab.core.hooks import Hook, run_hooks
+from agentlab.core.hooks import run_hooks
+from agentlab.durable import saga_sql as q  # the runner's statements and error texts
+from agentlab.durable.saga_model import (  # noqa: F401 (importable from here as before)
+    AbortRefused,
+    Action,
+    Backoff,
+    Compensation,
+    RunStatus,
+    SagaBusy,
+    SagaDefinition,
+    SagaError,
+    SagaFenced,
+    SagaHooks,
+    SagaReport,
+    Step,
+    StepContext,
+    StepStatus,
+    describe_step,
+    is_transient,
+)
 
 log = logging.getLogger(__name__)
-
-
-class RunStatus(str, Enum):
-    """A saga run's state."""
-
-    RUNNING = "running"
-    COMPENSATING = "compensating"
-    COMPLETED = "completed"
-    COMPENSATED = "compensated"
-    PARKED = "parked"  # waiting for a person; ``parked_reason`` says why
-
-
-class StepStatus(str, Enum):
-    """A saga step's state."""
-
-    PENDING = "pending"
-    RUNNING = "running"  # a step outside a transaction has started; its result is not stored yet
-    COMPLETED = "completed"
-    FAILED = "failed"
-    COMPENSATED = "compensated"
-    SENT_BUT_UNWOUND = "sent_but_unwound"  # an external effect that a correction answered
-    COMPENSATION_FAILED = "compensation_failed"
-
-
-class SagaBusy(AgentlabError):
-    """Raised when another runner holds the run (its advisory lock)."""
-
-
-class SagaFenced(SagaBusy):
-    """Raised when a runner's transaction finds the run claimed by another runner (its owner token
-    replaced) or moved to another status or direction: that transaction rolls back, nothing of it is kept."""
-
-
-class SagaError(AgentlabError):
-    """Raised when a run does not match the definition given (another saga, other steps), or a run key
-    is reused with another input."""
-
-
-class AbortRefused(SagaError):
-    """Raised when :meth:`SagaRunner.abort` cannot compensate: a pivot step (the point of no return)
-    has committed, so the run can only go forward (:meth:`SagaRunner.resume` finishes it)."""
-
-
-@dataclass
-class StepContext:
-    """What a step's action or compensation gets.
-
-    ``conn`` is the step's open transaction (None for a step with ``in_transaction=False``);
-    ``results`` maps the names of completed steps to their stored results.
-    """
-
-    run_id: int
-    run_key: str
-    position: int
-    step: str
-    attempt: int
-    input: dict
-    results: dict[str, dict]
-    conn: Any = None
-
-    def key(self, suffix: str = "") -> str:
-        """A dedupe key for an effect of this step: ``saga:<run_id>:<position>[:<suffix>]``."""
-        return f"saga:{self.run_id}:{self.position}" + (f":{suffix}" if suffix else "")
-
-
-Action = Callable[[StepContext], Awaitable[dict]]
-Compensation = Callable[[StepContext, dict], Awaitable[dict | None]]
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step.
-
-    Attributes:
-        name: unique within the saga.
-        action: ``await action(ctx) -> dict`` (JSON-ready): the step's effect and its result.
-        compensate: ``await compensate(ctx, args)`` undoes (or, for an external step, corrects) the
-            effect; ``args`` is what was recorded when the step completed. None: nothing to undo.
-        in_transaction: False for work that must not hold a transaction open (a model call).
-        external: the effect leaves the system (a message, a payment): it can only be corrected.
-        compensation_args: what to record for the compensation, from the result (default: the result).
-        pivot: the point of no return: an effect nothing undoes (money paid out). Once it committed,
-            the run only goes forward: abort is refused, a later permanent failure parks the run.
-            ``compensate=None`` alone means "nothing to undo", which a compensation may skip.
-    """
-
-    name: str
-    action: Action
-    compensate: Compensation | None = None
-    in_transaction: bool = True
-    external: bool = False
-    compensation_args: Callable[[dict, StepContext], dict] | None = None
-    pivot: bool = False
-
-    def compensation_record(self, result: dict, ctx: StepContext) -> dict:
-        """The compensating action stored with the completed step: ``{"undo": name | None, "args": {...}}``."""
-        if self.compensate is None:
-            return {"undo": None, "args": {}}
-        args = self.compensation_args(result, ctx) if self.compensation_args else result
-        return {"undo": getattr(self.compensate, "__name__", "compensate"), "args": args}
-
-
-@dataclass(frozen=True)
-class SagaDefinition:
-    """A named list of steps (positions start at 1)."""
-
-    name: str
-    steps: tuple[Step, ...]
-
-    def __post_init__(self) -> None:
-        names = [s.name for s in self.steps]
-        if len(set(names)) != len(names):
-            raise ValueError("step names must be unique within a saga")
-        if any(s.pivot and s.compensate is not None for s in self.steps):
-            raise ValueError("a pivot step cannot be undone: give it no compensation")
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Capped exponential backoff: attempt ``n`` waits ``min(cap_s, initial_s * factor**(n-1))`` seconds."""
-
-    max_attempts: int = 4
-    initial_s: float = 0.05
-    factor: float = 2.0
-    cap_s: float = 1.0
-
-    def delay_s(self, attempt: int) -> float:
-        return min(self.cap_s, self.initial_s * self.factor ** (attempt - 1))
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for failures worth retrying unchanged (:func:`agentlab.core.errors.is_infrastructure`)."""
-    return isinstance(exc, Exception) and is_infrastructure(exc)
-
-
-@dataclass
-class SagaHooks:
-    """Fault-injection points. ``after_step(position, name)`` after a step committed;
-    ``after_failure(position, attempt, exc)`` after a failed attempt was recorded;
-    ``before_compensation(position, name)`` before each compensation attempt's transaction."""
-
-    after_step: list[Hook] = field(default_factory=list)
-    after_failure: list[Hook] = field(default_factory=list)
-    before_compensation: list[Hook] = field(default_factory=list)
-
-
-# --------------------------------------------------------------------------- SQL
-
-INSERT_RUN = """
-INSERT INTO saga_runs (saga, run_key, input) VALUES (%s, %s, %s)
-ON CONFLICT (run_key) DO NOTHING RETURNING id
-"""
-FIND_RUN = "SELECT id, saga, input = %s FROM saga_runs WHERE run_key = %s"
-INSERT_STEP = "INSERT INTO saga_steps (run_id, position, name, external) VALUES (%s, %s, %s, %s)"
-LOAD_RUN = """
-SELECT id, saga, run_key, status, direction, input, failed_step, parked_reason FROM saga_runs WHERE id = %s
-"""
-LOAD_STEPS = """
-SELECT position, name, status, attempts, result, compensation FROM saga_steps WHERE run_id = %s ORDER BY position
-"""
-RUN_LOCK = "SELECT pg_try_advisory_lock(hashtextextended('saga:' || %s::text, 0))"
-RUN_UNLOCK = "SELECT pg_advisory_unlock(hashtextextended('saga:' || %s::text, 0))"
-CLAIM_RUN = "UPDATE saga_runs SET owner_token = %s WHERE id = %s"
-LOCK_RUN = "SELECT status, direction, owner_token FROM saga_runs WHERE id = %s FOR NO KEY UPDATE"
-SET_LOCAL_TIMEOUTS = "SELECT set_config('lock_timeout', %s, true), set_config('statement_timeout', %s, true)"
-LOCK_STEP = "SELECT status, attempts FROM saga_steps WHERE run_id = %s AND position = %s FOR UPDATE"
-MARK_RUNNING = """
-UPDATE saga_steps SET status = 'running', attempts = attempts + 1, last_error = NULL
-WHERE run_id = %s AND position = %s RETURNING attempts
-"""
-COMPLETE_STEP = """
-UPDATE saga_steps SET status = 'completed', attempts = %s, result = %s, compensation = %s, last_error = NULL,
-                      completed_at = now()
-WHERE run_id = %s AND position = %s AND status IN ('pending', 'failed', 'running')
-"""
-FAIL_STEP = """
-UPDATE saga_steps SET status = 'failed', attempts = attempts + %s, last_error = %s
-WHERE run_id = %s AND position = %s AND status IN ('pending', 'failed', 'running') RETURNING attempts
-"""
-MARK_COMPENSATED = """
-UPDATE saga_steps SET status = %s, compensated_at = now(), last_error = NULL
-WHERE run_id = %s AND position = %s AND status IN ('completed', 'compensation_failed')
-"""
-MARK_COMPENSATION_FAILED = """
-UPDATE saga_steps SET status = 'compensation_failed', last_error = %s WHERE run_id = %s AND position = %s
-"""
-INSERT_COMPENSATION_NEEDED = """
-INSERT INTO compensation_needed (run_id, position, step, action, reason) VALUES (%s, %s, %s, %s, %s)
-ON CONFLICT (run_id) WHERE status = 'open' DO NOTHING
-"""
-RESOLVE_COMPENSATION_NEEDED = """
-UPDATE compensation_needed SET status = 'resolved', resolved_at = now()
-WHERE run_id = %s AND position = %s AND status = 'open'
-"""
-SET_RUN = """
-UPDATE saga_runs SET status = %s, direction = %s, failed_step = coalesce(%s, failed_step), parked_reason = %s,
-                     updated_at = now()
-WHERE id = %s
-"""
-INSERT_LOG = """
-INSERT INTO saga_log (run_id, position, step, action, attempt, error_class, detail) VALUES (%s, %s, %s, %s, %s, %s, %s)
-"""
-COMPENSATION_ORDER = """
-SELECT position FROM saga_log WHERE run_id = %s AND action IN ('compensated', 'sent_but_unwound') ORDER BY id
-"""
-OPEN_COMPENSATION_NEEDED = """
-SELECT id, position, step, action, reason, created_at FROM compensation_needed
-WHERE run_id = %s AND status = 'open' ORDER BY id
-"""
-RUN_KEY_REUSED = ("run key {key!r} names run {run_id}, which {what}; a run key binds to its saga and input: "
-                  "start the new run with a new key")
-ABORT_REFUSED = ("saga run {run_id} cannot be aborted: step {pos} ({step}) is its point of no return and has "
-                 "committed, so nothing can undo it; the run can only go forward (resume finishes it)")
-PAST_PIVOT_FAILURE = ("step {pos} ({step}) failed permanently after the point of no return, step {pivot} "
-                      "({pivot_step}), had committed: the run can only go forward; fix the cause and resume")
-FENCED_OWNER = "saga run {run_id} was claimed by another runner; this runner's transaction is rolled back"
-FENCED_STATE = ("saga run {run_id} is {status} ({direction}), not {expected} ({expected_direction}); this runner's "
-                "transaction is rolled back")
-
-
-@dataclass
-class SagaReport:
-    """A run as the database holds it after the runner returned."""
-
-    run_id: int
-    run_key: str
-    saga: str
-    status: str
-    direction: str
-    failed_step: int | None
-    parked_reason: str | None
-    steps: list[dict]
-    compensations: list[int]  # positions, in the order their compensations committed
-    compensation_needed: list[dict]
-
-    def as_dict(self) -> dict:
-        return {
-            "run_id": self.run_id, "run_key": self.run_key, "saga": self.saga, "status": self.status,
-            "direction": self.direction, "failed_step": self.failed_step, "parked_reason": self.parked_reason,
-            "steps": self.steps, "compensations": self.compensations,
-            "compensation_needed": [{k: v for k, v in row.items() if k != "created_at"}
-                                    for row in self.compensation_needed],
-        }
-
-
-def _describe(exc: BaseException) -> tuple[str, str]:
-    """(error class, redacted one-line text) of an exception, for people: never shown to a model."""
-    from agentlab.core.redact import redact
-
-    first = (str(exc).strip().splitlines() or [""])[0]  # the primary message; CONTEXT lines go to the log
-    return f"{type(exc).__module__}.{type(exc).__qualname__}", redact(f"{type(exc).__name__}: {first}")[:500]
 
 
 class SagaRunner:
@@ -360,16 +123,16 @@ class SagaRunner:
             SagaBusy: another runner holds the run.
         """
         async with self.pool.connection() as conn, conn.transaction():
-            row = await (await conn.execute(INSERT_RUN, (self.saga.name, run_key, Jsonb(input)))).fetchone()
+            row = await (await conn.execute(q.INSERT_RUN, (self.saga.name, run_key, Jsonb(input)))).fetchone()
             if row is not None:
                 run_id = row[0]
                 for pos, step in enumerate(self.saga.steps, 1):
-                    await conn.execute(INSERT_STEP, (run_id, pos, step.name, step.external))
-                await conn.execute(INSERT_LOG, (run_id, None, None, "started", None, None, None))
+                    await conn.execute(q.INSERT_STEP, (run_id, pos, step.name, step.external))
+                await conn.execute(q.INSERT_LOG, (run_id, None, None, "started", None, None, None))
             else:
-                run_id, saga, same_input = await (await conn.execute(FIND_RUN, (Jsonb(input), run_key))).fetchone()
+                run_id, saga, same_input = await (await conn.execute(q.FIND_RUN, (Jsonb(input), run_key))).fetchone()
                 if saga != self.saga.name or not same_input:
-                    raise SagaError(RUN_KEY_REUSED.format(key=run_key, run_id=run_id,
+                    raise SagaError(q.RUN_KEY_REUSED.format(key=run_key, run_id=run_id,
                                                           what="belongs to another saga" if saga != self.saga.name
                                                           else "was started with another input"))
         return await self.resume(run_id)
@@ -394,7 +157,7 @@ class SagaRunner:
                 if failed is not None:
                     pivot = await self._turn_back(run, failed, "compensating", None)
                     if pivot is not None:
-                        reason = PAST_PIVOT_FAILURE.format(pos=failed, step=self.saga.steps[failed - 1].name,
+                        reason = q.PAST_PIVOT_FAILURE.format(pos=failed, step=self.saga.steps[failed - 1].name,
                                                            pivot=pivot[0], pivot_step=pivot[1])
                         await self._set_run(run, RunStatus.PARKED, "forward", failed, reason, "parked",
                                             detail=reason, expect=RunStatus.RUNNING)
@@ -416,7 +179,7 @@ class SagaRunner:
             if run["status"] in (RunStatus.RUNNING.value, RunStatus.PARKED.value) and run["direction"] == "forward":
                 pivot = await self._turn_back(run, None, "aborted", reason)
                 if pivot is not None:
-                    raise AbortRefused(ABORT_REFUSED.format(run_id=run_id, pos=pivot[0], step=pivot[1]))
+                    raise AbortRefused(q.ABORT_REFUSED.format(run_id=run_id, pos=pivot[0], step=pivot[1]))
                 await self._backward(await self._reload(run))
         return await self.report(run_id)
 
@@ -424,9 +187,9 @@ class SagaRunner:
         """What the database holds for the run."""
         run = await self._load_run(run_id, check=False)
         async with self.pool.connection() as conn:
-            steps = await (await conn.execute(LOAD_STEPS, (run_id,))).fetchall()
-            order = await (await conn.execute(COMPENSATION_ORDER, (run_id,))).fetchall()
-            needed = await (await conn.execute(OPEN_COMPENSATION_NEEDED, (run_id,))).fetchall()
+            steps = await (await conn.execute(q.LOAD_STEPS, (run_id,))).fetchall()
+            order = await (await conn.execute(q.COMPENSATION_ORDER, (run_id,))).fetchall()
+            needed = await (await conn.execute(q.OPEN_COMPENSATION_NEEDED, (run_id,))).fetchall()
         return SagaReport(
             run_id, run["run_key"], run["saga"], run["status"], run["direction"], run["failed_step"],
             run["parked_reason"],
@@ -469,7 +232,7 @@ class SagaRunner:
                         await asyncio.sleep(delay)
                         continue
                     if transient:
-                        cls, _ = _describe(exc)
+                        cls, _ = describe_step(exc)
                         reason = f"step {pos} ({step.name}) still failing after {tries} attempts: {cls}"
                         await self._set_run(run, RunStatus.PARKED, "forward", None, reason, "parked",
                                             detail=reason, expect=RunStatus.RUNNING)
@@ -484,41 +247,41 @@ class SagaRunner:
     async def _run_local(self, run: dict, pos: int, step: Step, results: dict) -> dict:
         """The step's effect and its completion record in one transaction (fenced: see :meth:`_txn`)."""
         async with self._txn(run, RunStatus.RUNNING, "forward") as conn:
-            status, attempts = await (await conn.execute(LOCK_STEP, (run["id"], pos))).fetchone()
+            status, attempts = await (await conn.execute(q.LOCK_STEP, (run["id"], pos))).fetchone()
             if status == StepStatus.COMPLETED.value:
                 raise _AlreadyDone()
             ctx = self._ctx(run, pos, step, attempts + 1, results, conn)
             result = await step.action(ctx)
-            await conn.execute(COMPLETE_STEP, (ctx.attempt, Jsonb(result), Jsonb(step.compensation_record(result, ctx)),
+            await conn.execute(q.COMPLETE_STEP, (ctx.attempt, Jsonb(result), Jsonb(step.compensation_record(result, ctx)),
                                                run["id"], pos))
-            await conn.execute(INSERT_LOG, (run["id"], pos, step.name, "completed", ctx.attempt, None, None))
+            await conn.execute(q.INSERT_LOG, (run["id"], pos, step.name, "completed", ctx.attempt, None, None))
         return result
 
     async def _run_outside(self, run: dict, pos: int, step: Step, results: dict) -> dict:
         """Mark the step running (commit), do the work outside any transaction, store its result."""
         async with self._txn(run, RunStatus.RUNNING, "forward") as conn:
-            status, _ = await (await conn.execute(LOCK_STEP, (run["id"], pos))).fetchone()
+            status, _ = await (await conn.execute(q.LOCK_STEP, (run["id"], pos))).fetchone()
             if status == StepStatus.COMPLETED.value:
                 raise _AlreadyDone()
-            attempt = (await (await conn.execute(MARK_RUNNING, (run["id"], pos))).fetchone())[0]
-            await conn.execute(INSERT_LOG, (run["id"], pos, step.name, "started", attempt, None, None))
+            attempt = (await (await conn.execute(q.MARK_RUNNING, (run["id"], pos))).fetchone())[0]
+            await conn.execute(q.INSERT_LOG, (run["id"], pos, step.name, "started", attempt, None, None))
         ctx = self._ctx(run, pos, step, attempt, results, None)
         result = await step.action(ctx)
         async with self._txn(run, RunStatus.RUNNING, "forward") as conn:
             record = step.compensation_record(result, ctx)
-            cur = await conn.execute(COMPLETE_STEP, (attempt, Jsonb(result), Jsonb(record), run["id"], pos))
+            cur = await conn.execute(q.COMPLETE_STEP, (attempt, Jsonb(result), Jsonb(record), run["id"], pos))
             if cur.rowcount != 1:
                 raise _AlreadyDone()
-            await conn.execute(INSERT_LOG, (run["id"], pos, step.name, "completed", attempt, None, None))
+            await conn.execute(q.INSERT_LOG, (run["id"], pos, step.name, "completed", attempt, None, None))
         return result
 
     async def _record_failure(self, run: dict, pos: int, step: Step, exc: BaseException, *, counted: bool,
                               detail: str) -> int:
-        cls, text = _describe(exc)
+        cls, text = describe_step(exc)
         async with self._txn(run, RunStatus.RUNNING, "forward") as conn:
-            row = await (await conn.execute(FAIL_STEP, (1 if counted else 0, text, run["id"], pos))).fetchone()
+            row = await (await conn.execute(q.FAIL_STEP, (1 if counted else 0, text, run["id"], pos))).fetchone()
             attempt = row[0] if row else None
-            await conn.execute(INSERT_LOG, (run["id"], pos, step.name, "failed", attempt, cls, f"{detail}: {text}"))
+            await conn.execute(q.INSERT_LOG, (run["id"], pos, step.name, "failed", attempt, cls, f"{detail}: {text}"))
         log.info("saga run %s step %s (%s) attempt %s failed: %s", run["id"], pos, step.name, attempt, exc)
         return attempt
 
@@ -528,15 +291,15 @@ class SagaRunner:
         (or, outside a transaction, started). Returns None, or ``(position, name)`` of that pivot step:
         then the run is unchanged and the journal says why (``abort_refused`` / ``past_pivot``)."""
         async with self._txn(run, None, "forward") as conn:
-            rows = await (await conn.execute(LOAD_STEPS, (run["id"],))).fetchall()
+            rows = await (await conn.execute(q.LOAD_STEPS, (run["id"],))).fetchall()
             for pos, name, status, *_ in rows:
                 if self.saga.steps[pos - 1].pivot and status in (StepStatus.COMPLETED.value,
                                                                  StepStatus.RUNNING.value):
                     refused = "abort_refused" if action == "aborted" else "past_pivot"
-                    await conn.execute(INSERT_LOG, (run["id"], pos, name, refused, None, None, detail))
+                    await conn.execute(q.INSERT_LOG, (run["id"], pos, name, refused, None, None, detail))
                     return pos, name
-            await conn.execute(SET_RUN, (RunStatus.COMPENSATING.value, "backward", failed_step, None, run["id"]))
-            await conn.execute(INSERT_LOG, (run["id"], failed_step, None, action, None, None, detail))
+            await conn.execute(q.SET_RUN, (RunStatus.COMPENSATING.value, "backward", failed_step, None, run["id"]))
+            await conn.execute(q.INSERT_LOG, (run["id"], failed_step, None, action, None, None, detail))
         return None
 
     # ------------------------------------------------------------------ backward
@@ -560,7 +323,7 @@ class SagaRunner:
                     raise
                 except Exception as exc:
                     transient = is_transient(exc)
-                    cls, text = _describe(exc)
+                    cls, text = describe_step(exc)
                     if transient and tries < self.compensation_retry.max_attempts:
                         delay = self.compensation_retry.delay_s(tries)
                         await self._log(run, pos, step.name, "compensation_failed", tries, cls,
@@ -574,7 +337,7 @@ class SagaRunner:
 
     async def _compensate(self, run: dict, pos: int, step: Step, row: dict, results: dict, attempt: int) -> None:
         async with self._txn(run, RunStatus.COMPENSATING, "backward") as conn:
-            status, _ = await (await conn.execute(LOCK_STEP, (run["id"], pos))).fetchone()
+            status, _ = await (await conn.execute(q.LOCK_STEP, (run["id"], pos))).fetchone()
             if status not in (StepStatus.COMPLETED.value, StepStatus.COMPENSATION_FAILED.value):
                 return
             record = row["compensation"] or {"undo": None, "args": {}}
@@ -584,21 +347,21 @@ class SagaRunner:
             else:
                 detail = "nothing to undo"
             new = StepStatus.SENT_BUT_UNWOUND if step.external else StepStatus.COMPENSATED
-            await conn.execute(MARK_COMPENSATED, (new.value, run["id"], pos))
-            await conn.execute(RESOLVE_COMPENSATION_NEEDED, (run["id"], pos))
-            await conn.execute(INSERT_LOG, (run["id"], pos, step.name, new.value, attempt, None, detail))
+            await conn.execute(q.MARK_COMPENSATED, (new.value, run["id"], pos))
+            await conn.execute(q.RESOLVE_COMPENSATION_NEEDED, (run["id"], pos))
+            await conn.execute(q.INSERT_LOG, (run["id"], pos, step.name, new.value, attempt, None, detail))
 
     async def _escalate(self, run: dict, pos: int, step: Step, row: dict, exc: BaseException, tries: int) -> None:
         """Stop: mark the step, leave one open "compensation needed" row, park the run."""
-        cls, text = _describe(exc)
+        cls, text = describe_step(exc)
         reason = f"compensation of step {pos} ({step.name}) failed after {tries} attempt(s): {text}"
         async with self._txn(run, RunStatus.COMPENSATING, "backward") as conn:
-            await conn.execute(MARK_COMPENSATION_FAILED, (text, run["id"], pos))
-            await conn.execute(INSERT_COMPENSATION_NEEDED, (run["id"], pos, step.name,
+            await conn.execute(q.MARK_COMPENSATION_FAILED, (text, run["id"], pos))
+            await conn.execute(q.INSERT_COMPENSATION_NEEDED, (run["id"], pos, step.name,
                                                             Jsonb(row["compensation"] or {}), reason))
-            await conn.execute(INSERT_LOG, (run["id"], pos, step.name, "compensation_failed", tries, cls, text))
-            await conn.execute(SET_RUN, (RunStatus.PARKED.value, "backward", None, reason, run["id"]))
-            await conn.execute(INSERT_LOG, (run["id"], None, None, "parked", None, None, reason))
+            await conn.execute(q.INSERT_LOG, (run["id"], pos, step.name, "compensation_failed", tries, cls, text))
+            await conn.execute(q.SET_RUN, (RunStatus.PARKED.value, "backward", None, reason, run["id"]))
+            await conn.execute(q.INSERT_LOG, (run["id"], None, None, "parked", None, None, reason))
         log.warning("saga run %s parked: %s", run["id"], reason)
 
     # ------------------------------------------------------------------ plumbing
@@ -608,7 +371,7 @@ class SagaRunner:
 
     async def _load_run(self, run_id: int, *, check: bool = True) -> dict:
         async with self.pool.connection() as conn:
-            row = await (await conn.execute(LOAD_RUN, (run_id,))).fetchone()
+            row = await (await conn.execute(q.LOAD_RUN, (run_id,))).fetchone()
         if row is None:
             raise SagaError(f"no saga run {run_id}")
         run = dict(zip(("id", "saga", "run_key", "status", "direction", "input", "failed_step", "parked_reason"), row))
@@ -622,7 +385,7 @@ class SagaRunner:
 
     async def _load_steps(self, run_id: int) -> dict[int, dict]:
         async with self.pool.connection() as conn:
-            rows = await (await conn.execute(LOAD_STEPS, (run_id,))).fetchall()
+            rows = await (await conn.execute(q.LOAD_STEPS, (run_id,))).fetchall()
         steps = {p: {"name": n, "status": s, "attempts": a, "result": r, "compensation": c}
                  for p, n, s, a, r, c in rows}
         if [steps[p]["name"] for p in sorted(steps)] != [s.name for s in self.saga.steps]:
@@ -633,13 +396,13 @@ class SagaRunner:
                        reason: str | None, action: str, *, detail: str | None = None,
                        expect: RunStatus | None = None) -> None:
         async with self._txn(run, expect, None) as conn:
-            await conn.execute(SET_RUN, (status.value, direction, failed_step, reason, run["id"]))
-            await conn.execute(INSERT_LOG, (run["id"], failed_step, None, action, None, None, detail))
+            await conn.execute(q.SET_RUN, (status.value, direction, failed_step, reason, run["id"]))
+            await conn.execute(q.INSERT_LOG, (run["id"], failed_step, None, action, None, None, detail))
 
     async def _log(self, run: dict, pos: int | None, step: str | None, action: str, attempt: int | None,
                    error_class: str | None, detail: str | None) -> None:
         async with self._txn(run, None, None) as conn:
-            await conn.execute(INSERT_LOG, (run["id"], pos, step, action, attempt, error_class, detail))
+            await conn.execute(q.INSERT_LOG, (run["id"], pos, step, action, attempt, error_class, detail))
 
     @contextlib.asynccontextmanager
     async def _txn(self, run: dict, status: RunStatus | None, direction: str | None):
@@ -650,16 +413,16 @@ class SagaRunner:
             SagaFenced: the run was claimed by another runner or moved on; the transaction rolls back.
         """
         async with self.pool.connection() as conn, conn.transaction():
-            await conn.execute(SET_LOCAL_TIMEOUTS, (f"{self.lock_timeout_ms}ms", f"{self.statement_timeout_ms}ms"))
+            await conn.execute(q.SET_LOCAL_TIMEOUTS, (f"{self.lock_timeout_ms}ms", f"{self.statement_timeout_ms}ms"))
             if not self.fencing:  # the weaker setting: nothing checked, whoever runs commits
                 yield conn
                 return
-            now_status, now_direction, owner = await (await conn.execute(LOCK_RUN, (run["id"],))).fetchone()
+            now_status, now_direction, owner = await (await conn.execute(q.LOCK_RUN, (run["id"],))).fetchone()
             if owner != run["token"]:
-                raise SagaFenced(FENCED_OWNER.format(run_id=run["id"]))
+                raise SagaFenced(q.FENCED_OWNER.format(run_id=run["id"]))
             if (status is not None and now_status != status.value) or (
                     direction is not None and now_direction != direction):
-                raise SagaFenced(FENCED_STATE.format(run_id=run["id"], status=now_status, direction=now_direction,
+                raise SagaFenced(q.FENCED_STATE.format(run_id=run["id"], status=now_status, direction=now_direction,
                                                      expected=status.value if status else "any status",
                                                      expected_direction=direction or "any direction"))
             yield conn
@@ -672,7 +435,7 @@ class SagaRunner:
             run = await self._load_run(run_id)
             run["token"] = uuid.uuid4()
             async with self.pool.connection() as conn:
-                await conn.execute(CLAIM_RUN, (run["token"], run_id))
+                await conn.execute(q.CLAIM_RUN, (run["token"], run_id))
             yield run
 
     @contextlib.asynccontextmanager
@@ -683,13 +446,13 @@ class SagaRunner:
             yield
             return
         async with self.pool.connection() as conn:
-            if not (await (await conn.execute(RUN_LOCK, (run_id,))).fetchone())[0]:
+            if not (await (await conn.execute(q.RUN_LOCK, (run_id,))).fetchone())[0]:
                 raise SagaBusy(f"saga run {run_id} is being run by another runner")
             try:
                 yield
             finally:
                 try:
-                    await conn.execute(RUN_UNLOCK, (run_id,))
+                    await conn.execute(q.RUN_UNLOCK, (run_id,))
                 except psycopg.Error:  # a broken connection is discarded by the pool, its lock with it
                     log.info("could not unlock saga run %s; its connection is gone", run_id)
 

@@ -26,8 +26,8 @@ from agentlab.domains.billing.scenarios import INSERT_CUSTOMER
 if TYPE_CHECKING:
     import pandas as pd
 
+    from agentlab.core.batch import BatchResult
     from agentlab.core.safeguards import Safeguards
-    from agentlab.core.tools_node import BatchResult
 
 BATCH_COLUMNS = ("call", "tool", "outcome", "category", "message")
 STEP_COLUMNS = ("step", "tool", "args", "outcome", "message")
@@ -55,7 +55,7 @@ def tool_calls(*calls: tuple[str, Mapping[str, Any]], prefix: str = "call") -> l
             for n, (name, args) in enumerate(calls, 1)]
 
 
-def batch_frame(batch: "BatchResult", calls: Sequence[Mapping[str, Any]] | None = None) -> "pd.DataFrame":
+def batch_frame(batch: BatchResult, calls: Sequence[Mapping[str, Any]] | None = None) -> pd.DataFrame:
     """One row per tool call of ``batch``, in call order: call id, tool, outcome, category and the
     ToolMessage text the model receives (columns :data:`BATCH_COLUMNS`). Given the ``calls`` that
     were sent, an ``args`` column shows each call's arguments as JSON text (LLM-shaped values as sent)."""
@@ -69,7 +69,7 @@ def batch_frame(batch: "BatchResult", calls: Sequence[Mapping[str, Any]] | None 
     return frame
 
 
-def steps_frame(messages: Sequence[Any]) -> "pd.DataFrame":
+def steps_frame(messages: Sequence[Any]) -> pd.DataFrame:
     """One row per tool call of an episode's ``messages``: the batch it was sent in (from 1), the
     tool, its arguments, its outcome and the reply the model read (columns :data:`STEP_COLUMNS`)."""
     import pandas as pd
@@ -84,7 +84,7 @@ def steps_frame(messages: Sequence[Any]) -> "pd.DataFrame":
 INSERT_CUSTOMER_WITH_ID = "INSERT INTO {schema}.customers (id, tenant_id, name, credit_cents) VALUES (%s, %s, %s, %s)"
 
 
-def schema_for(preset: "Safeguards | str | None" = None, schema: str | None = None) -> str | None:
+def schema_for(preset: Safeguards | str | None = None, schema: str | None = None) -> str | None:
     """The schema a helper writes to or reads from: ``preset``'s (``public`` with constraints, ``lax``
     without), or ``schema``; None when neither is given.
 
@@ -105,7 +105,7 @@ def schema_for(preset: "Safeguards | str | None" = None, schema: str | None = No
     return sg.schema
 
 
-async def new_customer(h, credit_cents: int = 5000, *, preset: "Safeguards | str | None" = None,
+async def new_customer(h, credit_cents: int = 5000, *, preset: Safeguards | str | None = None,
                        schema: str | None = None, tenant_id: str = "acme", name: str = "Workshop customer") -> int:
     """Insert one customer with ``credit_cents`` of store credit where the tools will look; return its id.
 
@@ -133,7 +133,7 @@ async def new_customer(h, credit_cents: int = 5000, *, preset: "Safeguards | str
 
 
 async def customer_rows(h, customer_ids: Iterable[int], *, schema: str | None = None,
-                        preset: "Safeguards | str | None" = None) -> "pd.DataFrame":
+                        preset: Safeguards | str | None = None) -> pd.DataFrame:
     """What ``preset``'s schema (or ``schema``; default ``public``) holds for ``customer_ids``, one row
     each in the order given: ``customer_id``,
     ``credit_cents``, ``invoices`` (count), ``billing_periods`` (ISO dates, comma-separated),

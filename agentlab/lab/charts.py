@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 HELD = "#e8f5e9"  # a cell with no violation
+MARKERS, LINESTYLES = ("o", "s", "^", "D", "v", "P"), ("-", "--", "-.", ":")  # lines at the same rate stay apart
+SAME_RATE_OFFSET_PT = 4  # rollback_rate_chart: a series on the same points as an earlier one is drawn this much higher
 
 
 def heatmap(table: pd.DataFrame, *, ax=None, title: str | None = None, xlabel: str = "preset (each adds one safeguard)",
@@ -66,3 +68,122 @@ def save(fig, path: str | Path, *, dpi: int = 150) -> Path:
     path = Path(path)
     fig.savefig(path, dpi=dpi, format="png")
     return path
+
+
+def rollback_rates(history: pd.DataFrame) -> pd.DataFrame:
+    """The rollback rate of each (fault, preset) over its episodes: one row per episode of the history
+    with ``series`` ("fault · preset"), ``n`` (its episode number within the series) and ``rate_pct``
+    (rolled-back batches per 100 batches, cumulative over the series' episodes so far)."""
+    import pandas as pd
+
+    if not len(history):
+        return pd.DataFrame(columns=["series", "n", "rate_pct"])
+    h = history.assign(series=history["fault"] + " · " + history["preset"])
+    g = h.groupby("series", sort=False)
+    out = h.assign(n=g.cumcount() + 1, cum_rollbacks=g["rollbacks"].cumsum(), cum_batches=g["batches"].cumsum())
+    out["rate_pct"] = (100 * out["cum_rollbacks"] / out["cum_batches"].where(out["cum_batches"] > 0)).fillna(0.0)
+    return out[["series", "n", "rate_pct"]].reset_index(drop=True)
+
+
+def rollback_rate_chart(history: pd.DataFrame, *, ax=None):
+    """Rolled-back batches per 100 batches for each fault and preset, over its episodes; return the Figure.
+
+    A series with the same rates as one drawn before it (two presets at 0 %) is drawn a few points higher,
+    so both lines show; the plotted data stay the exact rates. The legend sits outside the plot, right of
+    it, where it covers no point."""
+    import matplotlib.pyplot as plt
+    from matplotlib.transforms import offset_copy
+
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(10, 4.8))
+    else:
+        fig = ax.figure
+    rates = rollback_rates(history)
+    drawn: dict[tuple, int] = {}  # a series' points -> how many series already lie on them
+    for k, (series, part) in enumerate(rates.groupby("series", sort=False)):
+        points = tuple(zip(part["n"], part["rate_pct"].round(6)))
+        same = sum(n for pts, n in drawn.items() if set(points) <= set(pts))
+        drawn[points] = drawn.get(points, 0) + 1
+        (line,) = ax.plot(part["n"], part["rate_pct"], marker=MARKERS[k % len(MARKERS)], markersize=8, linewidth=2,
+                          linestyle=LINESTYLES[k % len(LINESTYLES)], label=series)
+        if same:  # after plot(), so the axes' limits still come from the data
+            line.set_transform(offset_copy(ax.transData, fig=fig, y=SAME_RATE_OFFSET_PT * same, units="points"))
+    ax.set_xlabel("episode of this fault and preset (count)")
+    ax.set_ylabel("rolled-back batches (% of batches)")
+    ax.set_ylim(-5, 105)
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_title("Rollback rate per fault, over episodes")
+    if len(rates):
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, fontsize=11)
+    else:
+        ax.text(0.5, 0.5, "no episode yet", transform=ax.transAxes, ha="center", va="center")
+    fig.tight_layout()
+    return fig
+
+
+def ledger_chart(counts: pd.DataFrame, *, ax=None, title: str = "The ledger: applied vs replayed per tool"):
+    """Per tool, calls applied (ledger rows) and calls replayed (answered from the ledger); return the Figure."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(10, 4.8))
+    else:
+        fig = ax.figure
+    tools = list(counts["tool"]) if len(counts) else []
+    x = range(len(tools))
+    width = 0.38
+    for offset, col, color, label in ((-width / 2, "applied", "tab:blue", "applied (ledger rows)"),
+                                      (width / 2, "replayed", "tab:orange", "replayed (stored result returned)")):
+        values = [int(v) for v in counts[col]] if len(counts) else []
+        bars = ax.bar([i + offset for i in x], values, width, color=color, label=label)
+        ax.bar_label(bars, padding=2)
+    ax.set_xticks(list(x), labels=tools)
+    ax.set_ylabel("tool calls (count)")
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    top = max([1, *(int(v) for v in counts["applied"]), *(int(v) for v in counts["replayed"])]) if len(counts) else 1
+    ax.set_ylim(0, top * 1.25 + 0.5)
+    ax.set_title(title)
+    if tools and (counts["applied"].sum() + counts["replayed"].sum()) > 0:
+        ax.legend(loc="upper right", fontsize=11)
+    else:
+        ax.text(0.5, 0.5, "the ledger is empty (this preset has no ledger, or nothing was applied)",
+                transform=ax.transAxes, ha="center", va="center")
+    fig.tight_layout()
+    return fig
+
+
+def violations_chart(table: pd.DataFrame, *, ax=None, figsize: tuple[float, float] = (9, 4.2)):
+    """Invariant violations by kind for each fault and preset: one horizontal bar per row of ``table`` (rows
+    "fault · preset", columns kinds, counts, as :meth:`agentlab.lab.session.LabSession.violations_by_kind`
+    gives), split by kind; return the Figure. 9 x 4.2 inches by default (720 x 336 px as the widget draws it).
+
+    It stands beside the rollback rate because a rate can hide what went wrong: ``provider_timeout`` under
+    ``ledger`` rolls nothing back (0 %) while the card is charged twice (a ``payment_count`` violation)."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        fig, ax = plt.subplots(figsize=figsize)
+    else:
+        fig = ax.figure
+    series = [str(s) for s in table.index]
+    left = [0] * len(series)
+    colors = plt.get_cmap("tab10")
+    for k, kind in enumerate(table.columns):
+        values = [int(v) for v in table[kind]]
+        if not any(values):
+            continue
+        bars = ax.barh(series, values, left=left, color=colors(k % 10), label=str(kind))
+        ax.bar_label(bars, labels=[str(v) if v else "" for v in values], label_type="center", color="white")
+        left = [a + b for a, b in zip(left, values)]
+    ax.invert_yaxis()  # the first fault and preset run on top, as in the rollback chart's legend
+    ax.set_xlabel("invariant violations (count, all episodes so far)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlim(0, max([1, *left]) * 1.1)
+    ax.set_title("Violations by kind, per fault and preset")
+    if any(left):
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, fontsize=11)
+    else:
+        ax.text(0.5, 0.5, "no violations so far" if series else "run an episode to see its violations",
+                transform=ax.transAxes, ha="center", va="center")
+    fig.tight_layout()
+    return fig

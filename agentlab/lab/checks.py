@@ -4,10 +4,13 @@
 ``domain`` in a database of their own: one under ``full`` with no fault (``fn`` must report nothing) and
 one under ``preset`` with ``fault`` (``fn`` must report something). It prints each as passed or failed,
 with a hint, and returns whether both passed. :func:`invariant_line_counts` gives the two counts behind
-the verdicts (notebook 16's exercise 16.1 checks with them).
+the verdicts (notebook 16's exercise 16.1 checks with them); :func:`invariant_line_count_after` the count
+on a clean episode whose rows a check changed on purpose, for a mistake no fault makes.
 """
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
 
 from agentlab.core.domain import InvariantContext
 from agentlab.lab.runner import Lab
@@ -38,6 +41,21 @@ async def invariant_line_counts(fn, domain, *, fault: str, preset: str, seed: in
         clean = await lab.run("none", "full", seed=seed, check=False)
         broken = await lab.run(fault, preset, seed=seed, check=False)
         return len(await _details(fn, h, clean)), len(await _details(fn, h, broken))
+
+
+async def invariant_line_count_after(fn, domain, tamper: Callable[..., Awaitable[None]], *, seed: int = 0) -> int:
+    """Run invariant ``fn`` on a clean ``full`` episode of ``domain`` after ``await tamper(conn, ids)`` changed
+    its rows (``conn`` an autocommit connection of the episode's database, ``ids`` the episode's customer
+    ids), in a fresh database of its own; return how many lines ``fn`` reported.
+
+    Raises:
+        ValueError: ``domain`` has no clean ``full`` episode to play.
+    """
+    async with await Harness.open(purpose="check", domain=domain) as h, Lab(h) as lab:
+        run = await lab.run("none", "full", seed=seed, check=False)
+        async with h.pool.connection() as conn:
+            await tamper(conn, list(run.episode.customer_ids))
+        return len(await _details(fn, h, run))
 
 
 async def check_invariant(fn, domain, *, fault: str, preset: str, seed: int = 0) -> bool:

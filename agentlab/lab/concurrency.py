@@ -135,7 +135,7 @@ class Rendezvous:
                 out.append(entry)
         return out
 
-    def wrap(self, party: str, pool) -> "_GatedPool":
+    def wrap(self, party: str, pool) -> _GatedPool:
         """``pool`` as the party's tools node sees it: its connections meet the others at the act."""
         return _GatedPool(pool, self, party)
 

@@ -15,29 +15,35 @@ server, so a commit the server has acknowledged is never lost in this lab); and 
 ``workers > 1`` the episodes run in several processes (:mod:`agentlab.lab.parallel`), since one Python
 process runs the lab on one core.
 
+The faults that restart the server (``server_restart``, ``server_restart_immediate``: ``Fault.restarts_server``)
+are the exception to all three: an experiment naming one keeps synchronous commits, and runs their episodes
+one at a time in this process after every other episode, since a restart cuts every session on the server.
+
 Sources: tqdm ("tqdm.auto"); pandas ("pivot_table").
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
 from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agentlab.runtime import db
+from agentlab.core import budget
 from agentlab.core.errors import DomainError, is_infrastructure
+from agentlab.core.safeguards import PRESETS, Safeguards, preset
 from agentlab.lab.faults import FAULTS, fault_scenarios, faults_for, get_fault, injected_by_script
-from agentlab.runtime.domains import resolve_domain
-from agentlab.runtime.harness import Harness
 from agentlab.lab.invariants import KINDS, count_by_kind
 from agentlab.lab.options import DEFAULT_CONCURRENCY, add_arguments, png_path, positive_int  # noqa: F401 (re-exported)
 from agentlab.lab.runner import FaultRun, Lab
-from agentlab.core.safeguards import PRESETS, Safeguards, preset
+from agentlab.runtime import db
+from agentlab.runtime.domains import domain_reference, resolve_domain
+from agentlab.runtime.harness import Harness
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -56,7 +62,7 @@ def episode_seed(seed: int, episode: int) -> int:
     return random.Random(f"agentlab:{seed}:{episode}").randrange(2**31)
 
 
-def kinds_of(rows: "pd.DataFrame") -> list[str]:
+def kinds_of(rows: pd.DataFrame) -> list[str]:
     """The violation kinds ``rows`` count: :data:`KINDS`, then any a domain's own invariants added."""
     return [*KINDS, *(c for c in rows.columns if c not in ROW_COLUMNS)]
 
@@ -202,6 +208,38 @@ def _repeated(names: Iterable[str]) -> str | None:
     return None
 
 
+def _checked_matrix(episodes: int, presets, faults, *, concurrency: int, workers: int, domain, model):
+    """The experiment's presets (by name), domain, fault names and objects, and worker count, checked before
+    any episode runs. Raises ValueError as :func:`run_experiment` says."""
+    if episodes < 1 or concurrency < 1 or workers < 1:
+        raise ValueError(f"episodes, concurrency and workers must be at least 1 (got {episodes}, {concurrency}, "
+                         f"{workers})")
+    chosen = [preset(p) if isinstance(p, str) else p for p in (presets or PRESETS)]
+    twice = _repeated(sg.name for sg in chosen)
+    if twice:
+        raise ValueError(f"preset {twice!r} is given more than once; presets must have distinct names (give a "
+                         "custom Safeguards value its own name=)")
+    by_name = {sg.name: sg for sg in chosen}
+    presets = tuple(by_name)
+    domain = resolve_domain(domain)
+    faults = tuple(faults or faults_for(domain))
+    twice = _repeated(faults)
+    if twice:
+        raise ValueError(f"fault {twice!r} is given more than once; name each fault once")
+    fault_objs = [get_fault(f, domain) for f in faults]
+    for f in fault_objs:
+        fault_scenarios(f, domain)  # a fault that does not fit the domain: ValueError before any episode
+    scripted = [f.name for f in fault_objs if injected_by_script(f)]
+    if model is not None and scripted:
+        raise ValueError(f"fault(s) {', '.join(scripted)} are injected through the scripted model's calls; a real "
+                         "model decides its own, so leave them out")
+    if model is not None or domain_reference(domain) is None:  # a worker process must find the domain again
+        workers = 1
+    if budget.pool_cap() is not None:  # AGENTLAB_MAX_CONNECTIONS: one process, its pools bounded
+        workers = 1
+    return by_name, domain, faults, fault_objs, workers
+
+
 async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards] | None = None,
                          faults: Iterable[str] | None = None, *, seed: int = 0,
                          concurrency: int = DEFAULT_CONCURRENCY, progress: bool | None = None,
@@ -221,7 +259,8 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
         durability: force one LangGraph durability for every episode (default: per fault, see :mod:`agentlab.lab.runner`).
             ``"exit"`` writes a checkpoint only when a run ends: a fault that resumes from a checkpoint
             finds none after a crash (see :meth:`agentlab.runtime.harness.Harness.run_episode`).
-        fast_commit: ``synchronous_commit = off`` for the fresh experiment database (ignored with ``url``).
+        fast_commit: ``synchronous_commit = off`` for the fresh experiment database (ignored with ``url``, and when
+            a fault restarts the server).
         workers: processes running the episodes (:mod:`agentlab.lab.parallel`); 1 runs them in this process.
             The rows are the same for any number. A domain other than billing runs in this process.
         domain: the domain to run (a :class:`agentlab.core.domain.Domain`, ``"billing"`` (default) or
@@ -232,41 +271,26 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
             script (:func:`agentlab.lab.faults.injected_by_script`) is refused.
 
     Raises:
-        ValueError: an unknown preset or fault name, or one given twice; ``episodes``, ``concurrency`` or ``workers`` below 1.
+        ValueError: an unknown preset or fault name, or one given twice; ``episodes``, ``concurrency`` or ``workers`` below 1;
+            a fault that restarts the server with ``DATABASE_URL`` set or a ``url`` on another server.
         agentlab.runtime.db.DatabaseUnavailable: no server, or it stopped answering during the run (the
             experiment stops within about two seconds; its database is left to ``db clean``).
     """
-    if episodes < 1 or concurrency < 1 or workers < 1:
-        raise ValueError(f"episodes, concurrency and workers must be at least 1 (got {episodes}, {concurrency}, "
-                         f"{workers})")
-    chosen = [preset(p) if isinstance(p, str) else p for p in (presets or PRESETS)]
-    twice = _repeated(sg.name for sg in chosen)
-    if twice:
-        raise ValueError(f"preset {twice!r} is given more than once; presets must have distinct names (give a "
-                         "custom Safeguards value its own name=)")
-    by_name = {sg.name: sg for sg in chosen}
+    by_name, domain, faults, fault_objs, workers = _checked_matrix(episodes, presets, faults, concurrency=concurrency,
+                                                                   workers=workers, domain=domain, model=model)
+    concurrency = budget.capped(concurrency)  # AGENTLAB_MAX_CONNECTIONS: the episodes in flight fit the pools
     presets = tuple(by_name)
-    domain = resolve_domain(domain)
-    faults = tuple(faults or faults_for(domain))
-    twice = _repeated(faults)
-    if twice:
-        raise ValueError(f"fault {twice!r} is given more than once; name each fault once")
-    fault_objs = [get_fault(f) for f in faults]
-    for f in fault_objs:
-        fault_scenarios(f, domain)  # a fault that does not fit the domain: ValueError before any episode
-    scripted = [f.name for f in fault_objs if injected_by_script(f)]
-    if model is not None and scripted:
-        raise ValueError(f"fault(s) {', '.join(scripted)} are injected through the scripted model's calls; a real "
-                         "model decides its own, so leave them out")
-    if domain.name != "billing" or model is not None:
-        workers = 1
-    jobs = [(i, f, p) for i in range(episodes) for f in faults for p in presets]
+    restarting = {f.name for f in fault_objs if f.restarts_server}
+    if restarting:
+        await asyncio.to_thread(_check_restartable, url, restarting)
+    jobs = [(i, f, p) for i in range(episodes) for f in faults for p in presets if f not in restarting]
+    alone = [(i, f, p) for i in range(episodes) for f in faults for p in presets if f in restarting]
     workers = max(1, min(workers, len(jobs)))
     created = url is None
     if created:
         url = await asyncio.to_thread(db.create_database, "chaos", domain)
-        if fast_commit:
-            await asyncio.to_thread(_fast_commit, url)
+        if fast_commit and not restarting:  # an immediate restart loses commits acknowledged, not yet flushed
+            await asyncio.to_thread(commit_without_flush_wait, url)
     try:
         h = await Harness.open(url, pool_max=max(8, concurrency // 4 + 8), domain=domain)  # fault controllers, checker
     except BaseException:
@@ -278,9 +302,11 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
     except BaseException as exc:
         await _close_quietly(h, url if created else None, exc)
         raise
-    bar = _progress(len(jobs), progress)
+    bar = _progress(len(jobs) + len(alone), progress)
     try:
-        if workers > 1:
+        if not jobs:
+            results, wall_s, cpu_s = [], 0.0, 0.0
+        elif workers > 1:
             from agentlab.lab.parallel import run_sharded
 
             async def install() -> None:
@@ -291,10 +317,15 @@ async def run_experiment(episodes: int = 10, presets: Iterable[str | Safeguards]
             await h.watched(install())
             results, wall_s, cpu_s = await h.watched(run_sharded(  # a server gone is told as one process tells it
                 url, jobs, by_name, run_jobs=run_jobs, workers=workers, seed=seed, concurrency=concurrency,
-                durability=durability, on_done=lambda n: bar.update(n - bar.n)))
+                durability=durability, on_done=lambda n: bar.update(n - bar.n), domain=domain_reference(domain)))
         else:
             results, wall_s, cpu_s = await run_jobs(h, jobs, by_name, seed=seed, concurrency=concurrency,
                                                     durability=durability, on_done=lambda: bar.update(1), model=model)
+        if alone:  # a server restart cuts every session: one such episode at a time, nothing else in flight
+            more, more_wall_s, more_cpu_s = await run_jobs(h, alone, by_name, seed=seed, concurrency=1,
+                                                           durability=durability, on_done=lambda: bar.update(1),
+                                                           model=model)
+            results, wall_s, cpu_s = results + more, wall_s + more_wall_s, cpu_s + more_cpu_s
     except BaseException as exc:
         bar.close()
         await _close_quietly(h, url if created else None, exc)
@@ -368,14 +399,14 @@ async def run_jobs(h: Harness, jobs: Sequence[tuple[int, str, str]], by_name: di
     async def body() -> tuple[list[dict], float, float]:
         await lab.start()
         for f in dict.fromkeys(f for _, f, _ in jobs):
-            await lab.install(get_fault(f))
+            await lab.install(get_fault(f, h.domain))
         t0, cpu0 = time.perf_counter(), time.process_time()
         it = iter(jobs)
         tasks = [asyncio.create_task(worker(it)) for _ in range(min(concurrency, len(jobs)))]
         try:
             await asyncio.gather(*tasks)
         except BaseException:
-            await _cancel(tasks)
+            await _cancel(tasks, release=lab.close)
             raise
         return results, time.perf_counter() - t0, time.process_time() - cpu0
 
@@ -385,15 +416,54 @@ async def run_jobs(h: Harness, jobs: Sequence[tuple[int, str, str]], by_name: di
         await lab.close()
 
 
-async def _cancel(tasks: list[asyncio.Task], grace_s: float = 2.0) -> None:
-    """Cancel ``tasks``; give their clean-up ``grace_s`` seconds, then cancel what is still running again
-    (a clean-up that waits for a connection to a server that is gone)."""
+async def _cancel(tasks: list[asyncio.Task], grace_s: float = 2.0,
+                  release: Callable[[], Awaitable[None]] | None = None) -> None:
+    """Cancel ``tasks`` and wait until every one has ended, retrieving what each raised.
+
+    Their clean-up gets ``grace_s`` seconds; what still runs is cancelled again and gets ``grace_s`` more; what
+    still runs then waits on something cancellation cannot reach (a shielded checkpoint write waiting for a
+    pooled connection to a server that is gone): ``release()`` (closing the pools, which wakes every borrower
+    with ``PoolClosed``) ends it, and it gets ``10 * grace_s`` more before it is left behind.
+
+    The clean-up finishes even when the caller is cancelled meanwhile (the server watchdog cancels the
+    experiment while it is cancelling its episodes after one of them saw the server go first): that
+    cancellation is raised once the tasks have ended, so no episode outlives its pools and no episode's error is
+    logged as unretrieved at the process's exit.
+    """
     for t in tasks:
         t.cancel()
-    _, pending = await asyncio.wait(tasks, timeout=grace_s) if tasks else (set(), set())
+    cancelled = False
+
+    async def wait(timeout_s: float) -> set[asyncio.Task]:
+        nonlocal cancelled
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        pending = {t for t in tasks if not t.done()}
+        while pending and loop.time() < deadline:
+            try:
+                _, pending = await asyncio.wait(pending, timeout=deadline - loop.time())
+            except asyncio.CancelledError:
+                cancelled = True  # the caller is going: finish this clean-up first, then go too
+                pending = {t for t in pending if not t.done()}
+        return pending
+
+    pending = await wait(grace_s)
     for t in pending:
         t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    pending = await wait(grace_s) if pending else pending
+    if pending and release is not None:
+        try:
+            await asyncio.shield(release())
+        except asyncio.CancelledError:
+            cancelled = True
+        except Exception:  # noqa: BLE001 (a pool that fails to close still woke its borrowers)
+            pass
+        await wait(10 * grace_s)
+    for t in tasks:
+        if t.done() and not t.cancelled():
+            t.exception()  # retrieved: a cancelled episode's error is not logged at the process's exit
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 async def _close_quietly(h: Harness, url: str | None, exc: BaseException) -> None:
@@ -409,7 +479,20 @@ async def _close_quietly(h: Harness, url: str | None, exc: BaseException) -> Non
         pass
 
 
-def _fast_commit(url: str) -> None:
+def _check_restartable(url: str | None, faults: set[str]) -> None:
+    """Raise ValueError unless the experiment runs on the kit's embedded server, the one a fault of ``faults``
+    (which restart the server) can restart: not with ``DATABASE_URL`` set, nor on a ``url`` of another server."""
+    names = ", ".join(sorted(faults))
+    if os.environ.get(db.ENV_VAR, "").strip():
+        raise ValueError(f"fault(s) {names} restart the database server; the kit restarts only its embedded one, so "
+                         "unset DATABASE_URL (and use a data folder of your own: AGENTLAB_HOME, since every process "
+                         "on the server is cut)")
+    if url is not None and not db.is_embedded(url):
+        raise ValueError(f"fault(s) {names} restart the database server; {db.safe_dsn(url)} is not on the kit's "
+                         "embedded server, which is the only one it restarts")
+
+
+def commit_without_flush_wait(url: str) -> None:
     """``synchronous_commit = off`` for every later session of the database at ``url`` (before any opens)."""
     from psycopg import sql
 
@@ -444,21 +527,19 @@ def main(args) -> int:
 
     for name in ("psycopg", "psycopg.pool"):  # killed backends and lost connections are the point here
         logging.getLogger(name).setLevel(logging.ERROR)
-    from agentlab.lab.parallel import default_workers, run_loop
-
     from agentlab.core.errors import DomainError
-
+    from agentlab.lab.parallel import default_workers, run_loop
     from agentlab.runtime.models import ModelUnavailable, model_from_args
 
     try:
         domain = resolve_domain(args.domain)
         faults = args.faults or faults_for(domain)
         for f in faults:
-            fault_scenarios(get_fault(f), domain)
+            fault_scenarios(get_fault(f, domain), domain)
         model = model_from_args(args)
         if model is not None and not args.faults:  # by default, the faults a real model can be given
-            faults = [f for f in faults if not injected_by_script(get_fault(f))]
-        elif model is not None and (scripted := [f for f in faults if injected_by_script(get_fault(f))]):
+            faults = [f for f in faults if not injected_by_script(get_fault(f, domain))]
+        elif model is not None and (scripted := [f for f in faults if injected_by_script(get_fault(f, domain))]):
             raise ValueError(f"with --model, fault(s) {', '.join(scripted)} cannot be injected (they go through "
                              "the scripted model's calls); leave them out")
     except (DomainError, ValueError, ModelUnavailable) as exc:

@@ -23,8 +23,6 @@ RetryPolicy", "Runtime" (``execution_info``); LangChain ``UsageMetadata``.
 
 from __future__ import annotations
 
-
-
 from agentlab.core.events import ERROR, INTERRUPTED, OK
 
 RUN_EVENTS = """
@@ -152,11 +150,11 @@ async def episode_with_a_retry(h, scenario: str = "refund", *, thread_id: str | 
     from langchain_core.messages import HumanMessage
 
     from agentlab.core.graph import build_graph, run_config
-    from agentlab.runtime.harness import Episode
-    from agentlab.sim.model import ScriptedChatModel
-    from agentlab.lab.row_lock import RowLock
     from agentlab.core.safeguards import preset
     from agentlab.domains.billing.scenarios import get_scenario
+    from agentlab.lab.row_lock import RowLock
+    from agentlab.runtime.harness import Episode
+    from agentlab.sim.model import ScriptedChatModel
 
     sc, sg = get_scenario(scenario), preset("full")
     ids = await h.create_customers(sc, sg)

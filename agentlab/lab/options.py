@@ -34,7 +34,7 @@ def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
@@ -60,7 +60,7 @@ def png_path(text: str) -> str:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".agentlab-plot-"):
             pass
     except OSError as exc:
-        raise argparse.ArgumentTypeError(f"cannot write {str(path)!r}: {exc.strerror or exc}")
+        raise argparse.ArgumentTypeError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from exc
     if path.exists() and not os.access(path, os.W_OK):
         raise argparse.ArgumentTypeError(f"cannot write {str(path)!r}: permission denied")
     return str(path)

@@ -116,7 +116,7 @@ async def _shard(url: str, jobs: list[tuple], by_name: dict, options: dict) -> t
     from agentlab.runtime.harness import Harness
 
     concurrency = options["concurrency"]
-    h = await Harness.open(url, pool_max=max(8, concurrency // 4 + 8))
+    h = await Harness.open(url, pool_max=max(8, concurrency // 4 + 8), domain=options.get("domain"))
     try:
         _count(_ready)
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -150,8 +150,10 @@ def _sigint_ignored():
 
 async def run_sharded(url: str, jobs: Sequence[tuple], by_name: dict, *, run_jobs: Callable, workers: int,
                       seed: int, concurrency: int, durability: str | None,
-                      on_done: Callable[[int], None] | None = None) -> tuple[list[dict], float, float]:
-    """Run ``jobs`` (``(episode, fault, preset)``) in ``workers`` processes on the database at ``url``,
+                      on_done: Callable[[int], None] | None = None, domain: str | None = None,
+                      ) -> tuple[list[dict], float, float]:
+    """Run ``jobs`` (``(episode, fault, preset)``) in ``workers`` processes on the database at ``url``, for
+    ``domain`` (a reference each worker resolves: :func:`agentlab.runtime.domains.domain_reference`; None: billing),
     ``concurrency`` episodes in flight in all (shared out evenly). Returns the rows, the wall seconds from
     the common start to the last episode, and the CPU seconds of all workers' episodes. ``on_done(n)``
     is called with the number of episodes finished so far, about four times a second. ``run_jobs`` is
@@ -179,7 +181,7 @@ async def run_sharded(url: str, jobs: Sequence[tuple], by_name: dict, *, run_job
         with _sigint_ignored():  # the workers are born ignoring Ctrl-C: this process stops them (``stop``)
             futures = [loop.run_in_executor(pool, _run_shard, url, shard, by_name,
                                             {"seed": seed, "concurrency": c, "durability": durability,
-                                             "run_jobs": run_jobs})
+                                             "run_jobs": run_jobs, "domain": domain})
                        for shard, c in zip(shards, per_worker)]
         pending = set(futures)
         try:

@@ -22,7 +22,7 @@ class RowLock:
         self.released = False
 
     @classmethod
-    async def acquire(cls, url: str, customer_id: int) -> "RowLock":
+    async def acquire(cls, url: str, customer_id: int) -> RowLock:
         conn = await psycopg.AsyncConnection.connect(url)
         await conn.execute(LOCK_CUSTOMER, (customer_id,))
         return cls(conn)
@@ -34,7 +34,7 @@ class RowLock:
             await self.conn.rollback()
             await self.conn.close()
 
-    async def __aenter__(self) -> "RowLock":
+    async def __aenter__(self) -> RowLock:
         return self
 
     async def __aexit__(self, *exc) -> None:

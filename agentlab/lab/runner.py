@@ -1,6 +1,6 @@
 """The failure lab's episode runner: one scenario, one preset, one fault, checked at the end.
 
-An episode here runs in an :class:`AgentProcess`: what one agent process holds (a business pool, a
+An episode here runs in an :class:`agentlab.lab.process.AgentProcess`: what one agent process holds (a business pool, a
 checkpointer pool with its saver, compiled graphs). A fault may kill that process (an
 :class:`agentlab.core.errors.SimulatedCrash` raised where a process would die); the episode then resumes
 from its checkpoint in *another* process, with its own pools, saver, graph, tools node and model
@@ -11,12 +11,16 @@ Two things make many concurrent episodes cheap on one database:
 
 - compiling a graph and binding the tool schemas cost about 4 ms, so a process compiles one graph
   per preset and routes each thread to its episode's own model and tools node (whose hooks a fault
-  may use): :class:`AgentProcess` keeps them by ``thread_id``;
+  may use): the process keeps them by ``thread_id``;
 - checkpoints are written once at the end of a run (LangGraph ``durability="exit"``) unless the fault
   resumes from a checkpoint mid-run, which needs one per super-step (``"sync"``).
 
-A crashed process's saver drops every later write for the crashed thread (:class:`CrashableSaver`):
-a dead process writes nothing, not even the error record LangGraph would store for a failed task.
+A crashed process's saver drops every later write for the crashed thread (:class:`agentlab.lab.process.
+CrashableSaver`): a dead process writes nothing, not even the error record LangGraph would store for a failed task.
+
+The process (``AgentProcess``, ``CrashableSaver``, ``PoolPair``) lives in :mod:`agentlab.lab.process`, its
+names still importable from here; this module holds the run: :class:`RunAccess`, :class:`EpisodeRun`,
+:class:`FaultRun` and :class:`Lab`.
 
 ``await Lab(harness).run("crash_before_checkpoint", "savepoints")`` runs and checks one episode;
 :func:`run_fault` does the same in one call on a harness.
@@ -35,171 +39,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import HumanMessage
-from langchain_core.runnables import Runnable, ensure_config
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.errors import EmptyInputError
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import PoolTimeout
 
-from agentlab.core.errors import SimulatedCrash
-from agentlab.core.graph import RETRY_ATTEMPTS, build_graph, run_config
-from agentlab.runtime.harness import POOL_TIMEOUT_S, Episode, Harness, checkpointer_pool
-from agentlab.runtime.models import prompt_for_model
-from agentlab.lab.invariants import Violation, check_episode
-from agentlab.sim.model import ScriptedChatModel
-from agentlab.core.tools_node import TransactionalToolsNode
+from agentlab.core.batch import TransactionalToolsNode
+from agentlab.core.errors import SimulatedCrash, is_infrastructure
+from agentlab.core.graph import run_config
 from agentlab.core.outbox import DrainStats, OutboxWorker
 from agentlab.core.safeguards import Safeguards, preset
 from agentlab.domains.billing.scenarios import Scenario
+from agentlab.lab.invariants import Violation, check_episode
+from agentlab.lab.process import AgentProcess, CrashableSaver, PoolPair
+from agentlab.runtime.harness import Episode, Harness
+from agentlab.runtime.models import prompt_for_model
+from agentlab.sim.model import ScriptedChatModel
 
-
-class CrashableSaver(AsyncPostgresSaver):
-    """``AsyncPostgresSaver`` whose writes for a thread stop once that thread's process has crashed.
-
-    :meth:`kill` marks a thread dead in this saver (this process); later ``aput`` / ``aput_writes``
-    for it write nothing, as nothing is written by a process that has died.
-    """
-
-    def __init__(self, conn, **kwargs):
-        super().__init__(conn, **kwargs)
-        self.dead_threads: set[str] = set()
-
-    def kill(self, thread_id: str) -> None:
-        self.dead_threads.add(thread_id)
-
-    async def aput(self, config, checkpoint, metadata, new_versions):
-        conf = config["configurable"]
-        if conf["thread_id"] in self.dead_threads:
-            return {"configurable": {"thread_id": conf["thread_id"], "checkpoint_ns": conf.get("checkpoint_ns", ""),
-                                     "checkpoint_id": checkpoint["id"]}}
-        return await super().aput(config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(self, config, writes, task_id, task_path: str = "") -> None:
-        if config["configurable"]["thread_id"] in self.dead_threads:
-            return None
-        return await super().aput_writes(config, writes, task_id, task_path)
-
-
-class _ModelRouter(Runnable):
-    """The graph's model: forwards each call to the scripted model registered for the run's thread.
-
-    A :class:`ScriptedChatModel` is called through its ``_agenerate`` directly: LangChain's generic layer
-    around a chat model (callbacks, cache, rate limiter, run ids) costs about 2 ms per episode and
-    changes nothing the lab measures; any other model goes through ``ainvoke`` as usual.
-    """
-
-    def __init__(self, models: dict[str, Any]):
-        self.models = models
-        self.tools: list = []
-
-    def bind_tools(self, tools, **kwargs) -> "_ModelRouter":
-        self.tools = tools  # the scripted models play their script; another model gets them bound per call
-        return self
-
-    def _model(self, config) -> Any:
-        thread_id = ensure_config(config).get("configurable", {}).get("thread_id")
-        try:
-            return self.models[thread_id]
-        except KeyError:
-            raise LookupError(f"no model is registered for thread {thread_id!r} in this process") from None
-
-    def invoke(self, input, config=None, **kwargs):
-        return self._model(config).invoke(input)
-
-    async def ainvoke(self, input, config=None, **kwargs):
-        model = self._model(config)
-        if isinstance(model, ScriptedChatModel):
-            return (await model._agenerate(list(input))).generations[0].message
-        # a real model: the tools bound, the node's callbacks (streamed arguments) along
-        return await model.bind_tools(self.tools).ainvoke(input, config)
-
-
-class _NodeRouter(TransactionalToolsNode):
-    """The graph's tools node: runs each batch on the node registered for the batch's thread."""
-
-    def __init__(self, *args, nodes: dict[str, TransactionalToolsNode], **kwargs):
-        super().__init__(*args, **kwargs)
-        self.nodes = nodes
-
-    async def run_batch(self, tool_calls, *, thread_id: str, **kwargs):
-        node = self.nodes.get(thread_id)
-        if node is None:
-            return await super().run_batch(tool_calls, thread_id=thread_id, **kwargs)
-        return await node.run_batch(tool_calls, thread_id=thread_id, **kwargs)
-
-
-class PoolPair:
-    """A process's two pools: ``pool`` for the tools and ``checkpointer_pool`` for its saver."""
-
-    async def open_pools(self) -> None:
-        """Open both pools (waiting for their first connections); on failure or cancellation close
-        whichever opened, so no pool keeps reconnecting in the background."""
-        try:
-            await self.pool.open(wait=True, timeout=POOL_TIMEOUT_S)
-            await self.checkpointer_pool.open(wait=True, timeout=POOL_TIMEOUT_S)
-        except BaseException:
-            await self.close()
-            raise
-
-    async def close(self) -> None:
-        await self.checkpointer_pool.close()
-        await self.pool.close()
-
-
-class AgentProcess(PoolPair):
-    """What one agent process holds: pools, a checkpointer and compiled graphs, on one database.
-
-    Args:
-        url: conninfo of the database.
-        provider: the payment provider (the outside world: shared by every process).
-        events: where events go.
-        toolset: the domain's tools.
-        error_hints: the domain's texts for its own constraints (``domain.error_hints``).
-        pool_max / checkpointer_max: pool sizes (connections).
-    """
-
-    def __init__(self, url: str, *, provider, events, toolset, pool_max: int = 8, checkpointer_max: int = 4,
-                 error_hints=None):
-        self.url = url
-        self.toolset = toolset
-        self.error_hints = error_hints
-        self.provider = provider
-        self.events = events
-        self.pool = AsyncConnectionPool(url, min_size=1, max_size=pool_max, kwargs={"autocommit": True}, open=False)
-        self.checkpointer_pool = checkpointer_pool(url, max_size=checkpointer_max)
-        self.saver: CrashableSaver | None = None
-        self._models: dict[str, Any] = {}
-        self._nodes: dict[str, TransactionalToolsNode] = {}
-        self._graphs: dict[Safeguards, Any] = {}
-
-    async def open(self) -> "AgentProcess":
-        """Open both pools (:meth:`PoolPair.open_pools`) and the process's saver."""
-        await self.open_pools()
-        self.saver = CrashableSaver(self.checkpointer_pool)
-        return self
-
-    def node(self, safeguards: Safeguards) -> TransactionalToolsNode:
-        """A fresh tools node on this process's pool (its hooks are the episode's own)."""
-        node = TransactionalToolsNode(self.pool, safeguards, toolset=self.toolset, provider=self.provider, events=self.events,
-                                      max_attempts=RETRY_ATTEMPTS, error_hints=self.error_hints)
-        return node
-
-    def graph(self, safeguards: Safeguards):
-        """The compiled graph for ``safeguards`` (one per preset per process), with this process's saver."""
-        graph = self._graphs.get(safeguards)
-        if graph is None:
-            router = _NodeRouter(self.pool, safeguards, toolset=self.toolset, provider=self.provider, events=self.events, nodes=self._nodes,
-                                 error_hints=self.error_hints)
-            graph = build_graph(_ModelRouter(self._models), router, checkpointer=self.saver)
-            self._graphs[safeguards] = graph
-        return graph
-
-    def register(self, thread_id: str, model, node: TransactionalToolsNode) -> None:
-        self._models[thread_id] = model
-        self._nodes[thread_id] = node
-
-    def release(self, thread_id: str) -> None:
-        self._models.pop(thread_id, None)
-        self._nodes.pop(thread_id, None)
+# the agent process has a home of its own (issue 26); its names stay importable from here
+__all__ = ["AgentProcess", "CrashableSaver", "EpisodeRun", "FaultRun", "Lab", "PoolPair", "RunAccess", "run_fault"]
 
 
 class RunAccess:
@@ -300,7 +156,7 @@ class Lab:
         self._installed: set[str] = set()
         self._opening = asyncio.Lock()  # episodes crash concurrently: open each process once
 
-    async def start(self) -> "Lab":
+    async def start(self) -> Lab:
         """Open the agent process. Raises :class:`agentlab.runtime.harness.HarnessClosed` at once if the
         harness was closed (its pools are closed; its database was dropped)."""
         self.harness.check_open()
@@ -316,7 +172,7 @@ class Lab:
         self.process = self.restarted = None
         await self.harness.events.flush()
 
-    async def __aenter__(self) -> "Lab":
+    async def __aenter__(self) -> Lab:
         return await self.start()
 
     async def __aexit__(self, *exc) -> None:
@@ -326,7 +182,8 @@ class Lab:
         h = self.harness
         try:
             return await AgentProcess(h.url, provider=h.provider, events=h.events, toolset=h.toolset, pool_max=pool_max,
-                                      checkpointer_max=self.checkpointer_max, error_hints=h.domain.error_hints).open()
+                                      checkpointer_max=self.checkpointer_max, error_hints=h.domain.error_hints,
+                                      agent_login_refused=h.agent_login_refused).open()
         except PoolTimeout as exc:
             await h.ensure_reachable(exc)  # the server is gone: DatabaseUnavailable, else the timeout
             raise
@@ -369,7 +226,7 @@ class Lab:
 
         await self.start()
         make_model = model or (lambda script, seed: ScriptedChatModel(script=script, seed=seed))
-        fault = get_fault(fault) if isinstance(fault, str) else fault
+        fault = get_fault(fault, self.harness.domain) if isinstance(fault, str) else fault
         sg = fault.episode_safeguards(preset(safeguards) if isinstance(safeguards, str) else safeguards)
         await self.install(fault)
         rng = random.Random(f"{seed}:{fault.name}")
@@ -408,10 +265,16 @@ class Lab:
                 run.crashed = True
             except Exception as exc:
                 ep.error = f"{type(exc).__name__}: {exc}"
+                if fault.restarts_server and is_infrastructure(exc):
+                    state, ep.error = await self._resume_after_restart(run, process, config, durability, ep.error)
             if run.crashed:
                 await fault.before_restart(run)
                 active = await self.restart_process()
-                active.register(thread_id, make_model(sc.script(ids), seed), active.node(sg))
+                resumed_node = active.node(sg)
+                if fault.rearms:  # the fault is in the code: the new process runs it too (Fault.rearms)
+                    run.process, run.node = active, resumed_node
+                    await fault.arm(run)
+                active.register(thread_id, make_model(sc.script(ids), seed), resumed_node)
                 try:
                     try:
                         state = await active.graph(sg).ainvoke(None, config, durability=durability)
@@ -423,6 +286,10 @@ class Lab:
                         active.register(thread_id, make_model(sc.script(ids), seed + 1), active.node(sg))
                         state = await active.graph(sg).ainvoke({"messages": [HumanMessage(prompt)]}, config,
                                                                durability=durability)
+                except SimulatedCrash as exc:  # a rearmed fault struck again: the resumed process died too
+                    run.notes["crashed_again"] = True
+                    ep.error = f"SimulatedCrash: {exc}"
+                    state = None
                 except Exception as exc:
                     ep.error = f"{type(exc).__name__}: {exc}"
                     state = None
@@ -436,6 +303,7 @@ class Lab:
             process.release(thread_id)
             if active is not process:
                 active.release(thread_id)
+        ep.error = ep.error or state.get("model_error")  # a turn that ended on an unreadable reply (C47)
         ep.messages = list(state.get("messages", []))
         ep.rollbacks_total = state.get("rollbacks_total", 0)
         ep.escalated = bool(state.get("escalated", False))
@@ -443,6 +311,17 @@ class Lab:
         ep.wall_ms = (time.perf_counter() - t0) * 1000
         return FaultRun(fault.name, sg.name, sc, sg, ep, run.crashed, run.worker_crashed, run.notes, violations,
                         durability)
+
+    async def _resume_after_restart(self, run: EpisodeRun, process: AgentProcess, config: dict, durability: str,
+                                    error: str) -> tuple[dict | None, str | None]:
+        """The server restarted under the run, which ended on ``error``: the process lives on, so the user resumes
+        the thread from its checkpoint once (``ainvoke(None)``), as after any retriable error. Returns the state
+        and the error the episode ends on (None when the resume finished); ``notes["run_error"]`` keeps ``error``."""
+        run.notes["run_error"] = error
+        try:
+            return await process.graph(run.safeguards).ainvoke(None, config, durability=durability), None
+        except Exception as exc:  # noqa: BLE001 (the episode's row shows it, as for the first run)
+            return None, f"{type(exc).__name__}: {exc}"
 
     async def _drain(self, run: EpisodeRun, active: AgentProcess) -> DrainStats:
         try:

@@ -32,11 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, ToolMessage
 
+from agentlab.core.safeguards import Safeguards, preset
 from agentlab.lab.batches import customer_rows
+from agentlab.lab.charts import ledger_chart, rollback_rate_chart, rollback_rates  # noqa: F401 (re-exported)
 from agentlab.lab.faults import fault_scenarios, get_fault
 from agentlab.lab.runner import FaultRun, Lab
 from agentlab.sim.provider import customer_ref
-from agentlab.core.safeguards import Safeguards, preset
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -51,8 +52,6 @@ OUTBOX_COLUMNS = ("topic", "dedupe_key", "status", "attempts")
 HISTORY_COLUMNS = ("episode", "fault", "preset", "scenario", "seed", "batches", "rollbacks", "escalated", "crashed",
                    "violations")
 OUTCOMES = ("applied", "replayed", "failed", "not_applied")
-MARKERS, LINESTYLES = ("o", "s", "^", "D", "v", "P"), ("-", "--", "-.", ":")  # lines at the same rate stay apart
-SAME_RATE_OFFSET_PT = 4  # rollback_rate_chart: a series on the same points as an earlier one is drawn this much higher
 
 LEDGER_ROWS = """
 SELECT tool_name AS tool, tool_call_id, attempt, result::text AS result
@@ -230,7 +229,7 @@ async def read_result(h: Harness, run: FaultRun, seed: int) -> LabResult:
     )
 
 
-async def affected_rows(h: Harness, ep) -> "pd.DataFrame":
+async def affected_rows(h: Harness, ep) -> pd.DataFrame:
     """What the database and the provider hold for the episode's own rows: billing's customers with
     their records and payments, another domain's ``export_state`` (one row per key), or its rows' ids."""
     import pandas as pd
@@ -253,7 +252,7 @@ async def affected_rows(h: Harness, ep) -> "pd.DataFrame":
 def check_choice(fault: str, scenario: str | None, domain=None) -> None:
     """Raise ValueError when ``fault`` is unknown or does not fit ``scenario`` of ``domain`` (default
     billing; a fault acts on the calls or rows of the scenarios it lists)."""
-    f = get_fault(fault)
+    f = get_fault(fault, domain)
     fits = fault_scenarios(f, domain)
     if scenario is not None and scenario not in fits:
         raise ValueError(f"fault {fault!r} fits the scenarios {', '.join(fits)}, not {scenario!r}")
@@ -335,6 +334,19 @@ class LabSession:
         """Applied and replayed calls per tool, summed over every episode of the session."""
         return sum_ledger_counts([r.ledger_counts for r in self.results])
 
+    def violations_by_kind(self) -> pd.DataFrame:
+        """Invariant violations per kind (columns, counts) for each fault and preset run so far (rows, labelled
+        "fault · preset" in the order first run), summed over their episodes; a row of zeros where none."""
+        from collections import Counter
+
+        import pandas as pd
+
+        counts: dict[str, Counter] = {}
+        for r in self.results:
+            counts.setdefault(f"{r.fault} · {r.preset}", Counter()).update(r.violations["kind"])
+        table = pd.DataFrame.from_dict(counts, orient="index").fillna(0).astype(int)
+        return table[sorted(table.columns)].rename_axis(index="series", columns="kind")
+
     def clear(self) -> None:
         """Forget the results (the database keeps what the episodes wrote)."""
         self.results.clear()
@@ -348,88 +360,6 @@ def sum_ledger_counts(frames: list[pd.DataFrame]) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=list(LEDGER_COUNT_COLUMNS))
     return pd.concat(frames).groupby("tool", as_index=False)[["applied", "replayed"]].sum()
-
-
-def rollback_rates(history: pd.DataFrame) -> pd.DataFrame:
-    """The rollback rate of each (fault, preset) over its episodes: one row per episode of the history
-    with ``series`` ("fault · preset"), ``n`` (its episode number within the series) and ``rate_pct``
-    (rolled-back batches per 100 batches, cumulative over the series' episodes so far)."""
-    import pandas as pd
-
-    if not len(history):
-        return pd.DataFrame(columns=["series", "n", "rate_pct"])
-    h = history.assign(series=history["fault"] + " · " + history["preset"])
-    g = h.groupby("series", sort=False)
-    out = h.assign(n=g.cumcount() + 1, cum_rollbacks=g["rollbacks"].cumsum(), cum_batches=g["batches"].cumsum())
-    out["rate_pct"] = (100 * out["cum_rollbacks"] / out["cum_batches"].where(out["cum_batches"] > 0)).fillna(0.0)
-    return out[["series", "n", "rate_pct"]].reset_index(drop=True)
-
-
-def rollback_rate_chart(history: pd.DataFrame, *, ax=None):
-    """Rolled-back batches per 100 batches for each fault and preset, over its episodes; return the Figure.
-
-    A series with the same rates as one drawn before it (two presets at 0 %) is drawn a few points higher,
-    so both lines show; the plotted data stay the exact rates. The legend sits outside the plot, right of
-    it, where it covers no point."""
-    import matplotlib.pyplot as plt
-    from matplotlib.transforms import offset_copy
-
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(10, 4.8))
-    else:
-        fig = ax.figure
-    rates = rollback_rates(history)
-    drawn: dict[tuple, int] = {}  # a series' points -> how many series already lie on them
-    for k, (series, part) in enumerate(rates.groupby("series", sort=False)):
-        points = tuple(zip(part["n"], part["rate_pct"].round(6)))
-        same = sum(n for pts, n in drawn.items() if set(points) <= set(pts))
-        drawn[points] = drawn.get(points, 0) + 1
-        (line,) = ax.plot(part["n"], part["rate_pct"], marker=MARKERS[k % len(MARKERS)], markersize=8, linewidth=2,
-                          linestyle=LINESTYLES[k % len(LINESTYLES)], label=series)
-        if same:  # after plot(), so the axes' limits still come from the data
-            line.set_transform(offset_copy(ax.transData, fig=fig, y=SAME_RATE_OFFSET_PT * same, units="points"))
-    ax.set_xlabel("episode of this fault and preset (count)")
-    ax.set_ylabel("rolled-back batches (% of batches)")
-    ax.set_ylim(-5, 105)
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.set_title("Rollback rate per fault, over episodes")
-    if len(rates):
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0, fontsize=11)
-    else:
-        ax.text(0.5, 0.5, "no episode yet", transform=ax.transAxes, ha="center", va="center")
-    fig.tight_layout()
-    return fig
-
-
-def ledger_chart(counts: pd.DataFrame, *, ax=None, title: str = "The ledger: applied vs replayed per tool"):
-    """Per tool, calls applied (ledger rows) and calls replayed (answered from the ledger); return the Figure."""
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(10, 4.8))
-    else:
-        fig = ax.figure
-    tools = list(counts["tool"]) if len(counts) else []
-    x = range(len(tools))
-    width = 0.38
-    for offset, col, color, label in ((-width / 2, "applied", "tab:blue", "applied (ledger rows)"),
-                                      (width / 2, "replayed", "tab:orange", "replayed (stored result returned)")):
-        values = [int(v) for v in counts[col]] if len(counts) else []
-        bars = ax.bar([i + offset for i in x], values, width, color=color, label=label)
-        ax.bar_label(bars, padding=2)
-    ax.set_xticks(list(x), labels=tools)
-    ax.set_ylabel("tool calls (count)")
-    ax.yaxis.get_major_locator().set_params(integer=True)
-    top = max([1, *(int(v) for v in counts["applied"]), *(int(v) for v in counts["replayed"])]) if len(counts) else 1
-    ax.set_ylim(0, top * 1.25 + 0.5)
-    ax.set_title(title)
-    if tools and (counts["applied"].sum() + counts["replayed"].sum()) > 0:
-        ax.legend(loc="upper right", fontsize=11)
-    else:
-        ax.text(0.5, 0.5, "the ledger is empty (this preset has no ledger, or nothing was applied)",
-                transform=ax.transAxes, ha="center", va="center")
-    fig.tight_layout()
-    return fig
 
 
 def lab_charts(session: LabSession, *, figsize: tuple[float, float] = (9, 8.4)):

@@ -39,9 +39,10 @@ import re
 import traceback
 from typing import TYPE_CHECKING, Any
 
-from agentlab.lab.session import LabResult, LabSession, check_choice, lab_charts
-from agentlab.lab.faults import fault_scenarios, faults_for, get_fault
 from agentlab.core.safeguards import PRESET_NOTES, PRESETS
+from agentlab.lab.charts import violations_chart
+from agentlab.lab.faults import fault_scenarios, faults_for, get_fault
+from agentlab.lab.session import LabResult, LabSession, check_choice, lab_charts
 
 if TYPE_CHECKING:
     from agentlab.runtime.harness import Harness
@@ -58,13 +59,17 @@ def _bundle(data: dict[str, Any]) -> dict:
 # Long cells (a tool message's JSON has no space to break at) wrap anywhere, so a table fits the widget's
 # width instead of being cut at the right edge; overflow-wrap is inherited by the cells.
 TABLE_STYLE = "overflow-wrap: anywhere; max-width: 100%"
+LINE_BREAK = "\ue000"  # a private-use character pandas leaves alone: a cell's line break, made <br> after to_html
 
 
 def frame_output(frame, *, empty: str = "(no rows)") -> dict:
-    """A DataFrame as an Output widget's display item (text/plain, and text/html whose long cells wrap)."""
+    """A DataFrame as an Output widget's display item (text/plain, and text/html whose long cells wrap and whose
+    line breaks show as line breaks: pandas writes a cell's newline as a literal ``\\n``, unreadable on a
+    projector)."""
     if not len(frame):
         return _bundle({"text/plain": empty})
-    html = frame.to_html(index=False, escape=True)
+    shown = frame.map(lambda v: v.replace("\n", LINE_BREAK) if isinstance(v, str) else v)
+    html = shown.to_html(index=False, escape=True).replace(LINE_BREAK, "<br>")
     return _bundle({"text/plain": frame.to_string(), "text/html": f'<div style="{TABLE_STYLE}">{html}</div>'})
 
 
@@ -97,7 +102,8 @@ class FailureLab:
         run_button: the Run button.
         status: one line (HTML) on what ran and what the checker found.
         tables: a Tab of Output widgets, one per :data:`TAB_TITLES`.
-        charts: an Output widget with the two charts, redrawn after every run.
+        charts: an Output widget with the charts, redrawn after every run: the rollback rates and the last
+            episode's ledger, then the violations by kind per fault and preset.
         errors: an Output widget where a failed run's traceback goes.
         view: the whole widget (a VBox); displaying a FailureLab displays it.
         error: the exception of the last run, or None.
@@ -111,7 +117,7 @@ class FailureLab:
                         else LabSession(harness_or_session))
         self.domain = getattr(self.session.harness, "domain", None)  # None: billing (a widget built without a database)
         self.fault = w.Dropdown(options=list(faults_for(self.domain)), value=fault, description="fault")
-        self.scenario = w.Dropdown(options=list(fault_scenarios(get_fault(fault), self.domain)), description="scenario")
+        self.scenario = w.Dropdown(options=list(fault_scenarios(get_fault(fault, self.domain), self.domain)), description="scenario")
         self.preset = w.Dropdown(options=list(PRESETS), value=preset, description="preset")
         self.seed = w.IntText(value=seed, description="seed", layout=w.Layout(width="160px"))
         self.episodes = w.BoundedIntText(value=1, min=1, max=50, description="episodes", layout=w.Layout(width="170px"))
@@ -150,14 +156,14 @@ class FailureLab:
                 f"preset={self.preset.value!r}, seed={self.seed.value}, episodes={len(self.session.results)} run)")
 
     def _on_fault(self, change=None) -> None:
-        scenarios = list(fault_scenarios(get_fault(self.fault.value), self.domain))
+        scenarios = list(fault_scenarios(get_fault(self.fault.value, self.domain), self.domain))
         current = self.scenario.value
         self.scenario.options = scenarios
         self.scenario.value = current if current in scenarios else scenarios[0]
         self._describe()
 
     def _describe(self, change=None) -> None:
-        f = get_fault(self.fault.value)
+        f = get_fault(self.fault.value, self.domain)
         self.about.value = (f"<b>{f.name}</b>: {_html(f.title)} (held by: {_html(f.guarded_by)})<br>"
                             f"<b>{self.preset.value}</b>: {_html(PRESET_NOTES.get(self.preset.value, ''))}")
 
@@ -169,7 +175,7 @@ class FailureLab:
             ValueError: a value the control does not offer (a scenario the fault does not fit, ...).
         """
         if fault is not None:
-            get_fault(fault)
+            get_fault(fault, self.domain)
             if fault not in self.fault.options:
                 raise ValueError(f"fault {fault!r} does not fit domain {self.domain.name!r}; its faults: "
                                  f"{', '.join(self.fault.options)}")
@@ -266,7 +272,8 @@ class FailureLab:
         self.status.value = _html(result.headline())
         for out, (title, frame) in zip(self._outputs, result.tables().items()):
             out.outputs = (frame_output(frame, empty=f"(no {title})"),)
-        self.charts.outputs = (figure_output(lab_charts(self.session)),)
+        self.charts.outputs = (figure_output(lab_charts(self.session)),
+                               figure_output(violations_chart(self.session.violations_by_kind())))
 
     def table_text(self, title: str) -> str:
         """The text a tab shows (``title`` from :data:`TAB_TITLES`), for tests and headless runs."""

@@ -53,8 +53,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import HumanMessage, ToolMessage
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, AsyncNullConnectionPool
 
+from agentlab.core import budget
 from agentlab.core.errors import SimulatedCrash
 from agentlab.core.outbox import OutboxWorker
 from agentlab.lab.agents import (
@@ -67,7 +68,8 @@ from agentlab.lab.agents import (
 )
 from agentlab.lab.faults import Concurrent, fault_scenarios
 from agentlab.lab.invariants import KINDS, check_episode
-from agentlab.lab.runner import CrashableSaver, PoolPair, RunAccess
+from agentlab.lab.process import CrashableSaver, PoolPair
+from agentlab.lab.runner import RunAccess
 from agentlab.lab.wire import NetworkProvider, Wire, WiredConnection
 from agentlab.lab.yardstick_faults import NA, YardstickFault, get_yardstick_fault
 from agentlab.runtime.harness import Episode, Harness, checkpointer_pool
@@ -80,7 +82,7 @@ QUIET_CAP_S = 5.0  # how long an episode waits for the work its agent left runni
 # --------------------------------------------------------------------------- one agent process
 
 class YardstickSaver(CrashableSaver):
-    """The real ``AsyncPostgresSaver`` (via :class:`agentlab.lab.runner.CrashableSaver`), where the
+    """The real ``AsyncPostgresSaver`` (via :class:`agentlab.lab.process.CrashableSaver`), where the
     process can die on the way in: once a thread in :attr:`crash_at_tool_writes` hands it writes that
     carry ToolMessages, the thread is dead in this process (nothing more is written for it) and
     :class:`SimulatedCrash` is raised."""
@@ -117,6 +119,10 @@ def _has_tool_message(value: Any) -> bool:
     return isinstance(value, (list, tuple)) and any(isinstance(v, ToolMessage) for v in value)
 
 
+class BudgetedWiredConnection(budget.BudgetedConnection, WiredConnection):
+    """A wired connection that holds a slot of the connection budget (:mod:`agentlab.core.budget`)."""
+
+
 class EpisodeProcess(PoolPair):
     """One agent process of an episode: its own autocommit pool (psycopg_pool's default size, four
     connections, as a user opens one: ``AsyncConnectionPool(url, kwargs={"autocommit": True})``),
@@ -124,8 +130,12 @@ class EpisodeProcess(PoolPair):
 
     def __init__(self, url: str):
         self.wire = Wire()
-        self.pool = AsyncConnectionPool(url, kwargs={"autocommit": True}, open=False,
-                                        connection_class=WiredConnection, configure=self._configure)
+        if budget.pooled_slots() is None:
+            self.pool = AsyncConnectionPool(url, kwargs={"autocommit": True}, open=False,
+                                            connection_class=WiredConnection, configure=self._configure)
+        else:  # AGENTLAB_MAX_CONNECTIONS: through the process's gate, nothing idle, as every pool of the kit
+            self.pool = AsyncNullConnectionPool(url, kwargs={"autocommit": True}, open=False, max_size=4,
+                                                connection_class=BudgetedWiredConnection, configure=self._configure)
         self.checkpointer_pool = checkpointer_pool(url, max_size=2)
         self.saver: YardstickSaver | None = None
 

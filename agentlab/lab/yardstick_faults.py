@@ -29,11 +29,12 @@ from agentlab.lab.faults import (
     TERMINATE,
     WAIT_CAP_S,
     DiesAfterPayment,
-    slow_shot,
     Fault,
     SlowStatement,
     get_fault,
+    slow_shot,
 )
+from agentlab.lab.nemesis.base import ended_event
 
 NA = "n/a"
 SCRIPTED_REASON = "a hallucinated argument is scripted; a real model's arguments are its own"
@@ -62,11 +63,13 @@ class KillDuringStatement(SlowStatement):
             await conn.execute(slow_shot(customer))
             await conn.execute(SLOW_ARM, (customer,))
 
+        over = ended_event(run)
+
         async def control() -> None:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + WAIT_CAP_S
             try:
-                while loop.time() < deadline:
+                while loop.time() < deadline and not over.is_set():
                     async with run.pool.connection() as conn:
                         row = await (await conn.execute(SLOW_PID, (customer,))).fetchone()
                         if row is not None:

@@ -10,6 +10,7 @@ measured. :func:`render` is the command line's text.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -132,7 +133,8 @@ def _row(run: AgentRun, episode: int) -> dict[str, Any]:
 
 async def run_yardstick(agents: Iterable = ("toolnode", "create_agent", "kit"), faults: Iterable[str] | None = None,
                         *, episodes: int = 1, seed: int = 0, url: str | None = None, domain=None,
-                        model: Callable[[list, int], Any] | None = None) -> YardstickResult:
+                        model: Callable[[list, int], Any] | None = None,
+                        progress: bool | None = None) -> YardstickResult:
     """Run every agent under every fault, ``episodes`` episodes per cell, on one fresh database.
 
     Args:
@@ -143,6 +145,8 @@ async def run_yardstick(agents: Iterable = ("toolnode", "create_agent", "kit"), 
         url: run on this database (default: a fresh one of ``domain``, dropped afterwards).
         domain: the domain (default billing; the baselines' tools are billing's).
         model: ``model(script, seed)`` builds each episode's chat model (default: the scripted model).
+        progress: show a tqdm bar, one step per episode (default: when stderr is a terminal; a notebook passes
+            True: the whole table takes about a minute).
 
     Raises:
         ValueError: an unknown fault, one given twice, or ``episodes`` below 1.
@@ -162,10 +166,14 @@ async def run_yardstick(agents: Iterable = ("toolnode", "create_agent", "kit"), 
         raise ValueError("a fault is given more than once; name each fault once")
     chosen = [get_yardstick_fault(f) for f in faults]
     import pandas as pd
+    from tqdm.auto import tqdm
 
     h = await Harness.open(url, purpose="yardstick", domain=domain)
     ys = Yardstick(h, model=model)
     rows, runs = [], []
+    disable = (not sys.stderr.isatty()) if progress is None else not progress
+    bar = tqdm(total=len(chosen) * len(specs) * episodes, disable=disable, unit="episode", desc="yardstick",
+               leave=False)
     try:
         for yf in chosen:
             for spec in specs:
@@ -173,7 +181,9 @@ async def run_yardstick(agents: Iterable = ("toolnode", "create_agent", "kit"), 
                     run = await h.watched(ys.run(spec, yf, seed=episode_seed(seed, i)))
                     rows.append(_row(run, i))
                     runs.append(run)
+                    bar.update(1)
     finally:
+        bar.close()
         await h.close()
     frame = pd.DataFrame(rows)
     kinds = [c for c in frame.columns if c not in ROW_COLUMNS]
@@ -242,6 +252,7 @@ def main(args) -> int:
     except (AgentlabError, ValueError) as exc:
         print(f"agentlab chaos: {exc}", file=sys.stderr)
         return 2
-    result = asyncio.run(run_yardstick(agents, faults, episodes=args.episodes, seed=args.seed, model=model))
+    result = asyncio.run(run_yardstick(agents, faults, episodes=args.episodes, seed=args.seed, model=model,
+                                      progress=False if (args.no_progress or args.json) else None))
     print(json.dumps(result.to_json(), default=str) if args.json else render(result), flush=True)
     return 0

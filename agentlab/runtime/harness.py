@@ -2,15 +2,22 @@
 
 ``async with await Harness.open(purpose="demo") as h:`` creates a fresh database (dropped on close unless
 ``keep=True``), opens a business pool (autocommit connections; the node opens its own transaction
-blocks), a separate checkpointer pool (autocommit, ``dict_row``, prepared statements off behind a
-transaction-mode pooler: case C11) with ``AsyncPostgresSaver`` set up once, the fake payment provider
-and the fake notification sink on pools of their own, the outbox worker and the event log.
+blocks), an agent pool that logs in as the least-privilege agent role itself, for the nodes of isolating
+presets (:meth:`Harness.pool_for`, case C45), a separate checkpointer pool (autocommit, ``dict_row``, prepared statements off behind a
+transaction-mode pooler: case C11) with the checkpointer set up once (:class:`agentlab.core.checkpoints.
+RetryingSaver`), the fake payment provider and the fake notification sink on pools of their own, the
+outbox worker and the event log. Every pool hands out live connections in their default session state
+(:mod:`agentlab.core.pools`, cases C44 and C46).
 :meth:`Harness.run_episode` plays a scenario under a preset and returns an :class:`Episode`;
 :meth:`Harness.end_state` reads what the database and the provider hold for it::
 
     async with await Harness.open(purpose="demo") as h:     # or h = await Harness.open(); ...; await h.close()
         episode = await h.run_episode("refund", "full")
         state = await h.end_state(episode)                  # {"customers": [{"final_credit_cents": ..., ...}]}
+
+The pools by role are :mod:`agentlab.runtime.connections`'; the watch over the server (``ensure_reachable``,
+``watched``, ``watch_server``, ``restart_server``) is :class:`agentlab.runtime.watch.ServerWatch`, the base class
+of :class:`Harness`. Their names stay importable from here.
 """
 
 from __future__ import annotations
@@ -19,54 +26,50 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-from langchain_core.messages import HumanMessage, ToolMessage
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 import psycopg
+from langchain_core.messages import HumanMessage, ToolMessage
 from psycopg import sql
-from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from agentlab.core.batch import TransactionalToolsNode
+from agentlab.core.checkpoints import RetryingSaver
 from agentlab.core.domain import Domain
-from agentlab.runtime import db
-from agentlab.runtime.domains import resolve_domain
 from agentlab.core.errors import AgentlabError, is_infrastructure
 from agentlab.core.events import EventLog
 from agentlab.core.graph import build_graph, run_config
-from agentlab.core.run_lock import ThreadBusy, invoke_with_lease
 from agentlab.core.messages import unanswered_tool_calls
-from agentlab.runtime.models import describe_model_error, prompt_for_model
-from agentlab.sim.model import ScriptedChatModel
-from agentlab.core.tools_node import TransactionalToolsNode
-from agentlab.sim.notifier import FakeNotifier
 from agentlab.core.outbox import DrainStats, OutboxWorker
-from agentlab.sim.provider import Clock, FakePaymentProvider, customer_ref
+from agentlab.core.run_lock import ThreadBusy, invoke_with_lease
 from agentlab.core.safeguards import Safeguards, preset
 from agentlab.domains.billing.scenarios import Scenario
+from agentlab.runtime import connections, db
+from agentlab.runtime.connections import (
+    POOL_TIMEOUT_S,
+    AgentLoginRefused,
+    agent_login_refused,
+    agent_pool,
+    checkpointer_pool,
+    tools_pool,
+)
+from agentlab.runtime.domains import resolve_domain
+from agentlab.runtime.models import describe_model_error, prompt_for_model
+from agentlab.runtime.watch import WATCH_INTERVAL_S, ServerWatch
+from agentlab.sim.model import ScriptedChatModel
+from agentlab.sim.notifier import FakeNotifier
+from agentlab.sim.provider import Clock, FakePaymentProvider, customer_ref
 
-
-POOL_TIMEOUT_S = 10.0  # how long a borrower waits for a connection before PoolTimeout
-T = TypeVar("T")
-WATCH_INTERVAL_S = 1.0  # Harness.watch_server: one connection a second, about 3 ms of the server's time
+# the pools and the watch have homes of their own (issue 26); their names stay importable from here
+__all__ = [
+    "POOL_TIMEOUT_S", "WATCH_INTERVAL_S", "AgentLoginRefused", "Episode", "Harness", "HarnessClosed",
+    "ServerWatch", "agent_login_refused", "agent_pool", "checkpointer_pool", "tools_pool",
+]
 
 
 class HarnessClosed(AgentlabError, RuntimeError):
     """A closed :class:`Harness` was asked to run something; the message names its database."""
-
-
-def _busy(exc: BaseException) -> bool:
-    """A refused connection that says the server is alive: too many clients (SQLSTATE 53300)."""
-    return getattr(exc, "sqlstate", None) == "53300" or "too many clients" in str(exc)
-
-
-def checkpointer_pool(url: str, *, behind_pooler: bool = False, max_size: int = 4) -> AsyncConnectionPool:
-    """The checkpointer's own pool: autocommit, ``dict_row``, and no prepared statements behind a
-    transaction-mode pooler (``prepare_threshold=None``), as ``AsyncPostgresSaver`` requires."""
-    kwargs = {"autocommit": True, "row_factory": dict_row, "prepare_threshold": None if behind_pooler else 0}
-    return AsyncConnectionPool(url, min_size=1, max_size=max_size, kwargs=kwargs, open=False)
 
 
 @dataclass
@@ -96,7 +99,7 @@ class Episode:
         return unanswered_tool_calls(self.messages)
 
 
-class Harness:
+class Harness(ServerWatch):
     """Resources on one database. Build with :meth:`open`; close with ``await h.close()`` or ``async with``."""
 
     def __init__(self, url: str, *, owns_database: bool, keep: bool = False, behind_pooler: bool = False,
@@ -105,11 +108,11 @@ class Harness:
         self.url = url
         self.owns_database = owns_database
         self.keep = keep
-        # behind a transaction-mode pooler prepared statements must be off for the tools' SQL too (C11)
-        self.pool = AsyncConnectionPool(url, min_size=1, max_size=pool_max, timeout=POOL_TIMEOUT_S, open=False,
-                                        kwargs={"autocommit": True, **({"prepare_threshold": None} if behind_pooler else {})})
+        self.pool = tools_pool(url, behind_pooler=behind_pooler, max_size=pool_max)
+        self.agent_pool = agent_pool(url, behind_pooler=behind_pooler, max_size=pool_max)
+        self.agent_login_refused: str | None = None  # why the agent role cannot log in, found by open()
         self.checkpointer_pool = checkpointer_pool(url, behind_pooler=behind_pooler)
-        self.saver: AsyncPostgresSaver | None = None
+        self.saver: RetryingSaver | None = None
         self.behind_pooler = behind_pooler
         self.provider = FakePaymentProvider(url, clock=clock, behind_pooler=behind_pooler)
         self.notifier = FakeNotifier(url, clock=self.provider.clock, behind_pooler=behind_pooler)
@@ -121,7 +124,7 @@ class Harness:
     @classmethod
     async def open(cls, url: str | None = None, *, purpose: str = "run", keep: bool = False,
                    behind_pooler: bool = False, pool_max: int = 8, clock: Clock | None = None,
-                   domain: Domain | str | None = None) -> "Harness":
+                   domain: Domain | str | None = None) -> Harness:
         """Open on ``url``, or on a fresh database made for ``purpose`` (dropped on close unless ``keep``),
         for ``domain`` (a :class:`agentlab.core.domain.Domain`, a name such as ``"billing"``, the default,
         or ``"package.module:NAME"``): its tools, scenarios and, in a fresh database, its schema and seed.
@@ -137,12 +140,14 @@ class Harness:
         try:
             await h.ensure_reachable()  # a server that is gone fails here at once, not after the pools' wait
             await h.watched(h._open_pools())
-            h.saver = AsyncPostgresSaver(conn=h.checkpointer_pool)
+            h.saver = RetryingSaver(conn=h.checkpointer_pool)  # a write cut by a server restart is written again
             await h.saver.setup()
             await h.provider.open()
-        except BaseException:  # failed or cancelled: no pool left reconnecting, no fresh database left behind
+        except BaseException as exc:  # failed or cancelled: no pool left reconnecting, no fresh database left behind
             with contextlib.suppress(Exception):
                 await h.close()
+            if isinstance(exc, psycopg.errors.InsufficientPrivilege):  # a right the role lacks (case C51)
+                raise db.DatabaseUnavailable(db.missing_right(exc, f"opening {db.dbname_of(url)}")) from exc
             raise
         return h
 
@@ -150,6 +155,8 @@ class Harness:
         try:
             await self.pool.open(wait=True, timeout=POOL_TIMEOUT_S)
             await self.checkpointer_pool.open(wait=True, timeout=POOL_TIMEOUT_S)
+            await self.agent_pool.open()  # min_size 0: nothing to wait for
+            self.agent_login_refused = await agent_login_refused(self.url)
         except PoolTimeout as exc:
             await self.ensure_reachable(exc)  # the server is gone: DatabaseUnavailable, else the timeout
             raise
@@ -165,6 +172,7 @@ class Harness:
         await self.notifier.close()
         await self.provider.close()
         await self.checkpointer_pool.close()
+        await self.agent_pool.close()
         await self.pool.close()
         if self.owns_database and not self.keep:
             await asyncio.to_thread(db.drop_database, self.url)
@@ -179,7 +187,7 @@ class Harness:
                 "or `Harness.open()`) and run again"
             )
 
-    async def __aenter__(self) -> "Harness":
+    async def __aenter__(self) -> Harness:
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -197,10 +205,24 @@ class Harness:
             raise ValueError("a thread needs a name, e.g. h.thread('nb07-crash')")
         return f"{name}-{uuid.uuid4().hex[:12]}"
 
+    def pool_for(self, safeguards: Safeguards) -> AsyncConnectionPool:
+        """The pool a tools node under ``safeguards`` runs on: under isolation the agent pool, logged in as
+        the agent role itself, so a tool's ``RESET ROLE`` or ``SET ROLE <owner>`` has no superuser to go
+        back to (case C45); otherwise the business pool.
+
+        Raises:
+            AgentLoginRefused: isolation is on and the agent role cannot log in (the message says what to run).
+        """
+        return connections.pool_for(safeguards, self.pool, self.agent_pool, self.agent_login_refused)
+
     def node(self, safeguards: Safeguards) -> TransactionalToolsNode:
-        """A tools node on this harness's pool, provider and event log."""
-        return TransactionalToolsNode(self.pool, safeguards, toolset=self.toolset, provider=self.provider, events=self.events,
-                                      error_hints=self.domain.error_hints)
+        """A tools node on this harness's provider and event log, and the pool ``safeguards`` asks for
+        (:meth:`pool_for`); its ``kit_pool``, where a graph keeps the thread's lease and approval requests,
+        is the business pool (:func:`agentlab.core.graph.kit_pool`). Raises :class:`AgentLoginRefused`."""
+        node = TransactionalToolsNode(self.pool_for(safeguards), safeguards, toolset=self.toolset,
+                                      provider=self.provider, events=self.events, error_hints=self.domain.error_hints)
+        node.kit_pool = self.pool
+        return node
 
     def graph(self, safeguards: Safeguards, model, *, checkpointer: bool = True, approval=None):
         """The compiled agent graph for ``model`` under ``safeguards``, with the Postgres checkpointer
@@ -208,119 +230,13 @@ class Harness:
         return build_graph(model, self.node(safeguards), checkpointer=self.saver if checkpointer else None,
                            approval=approval)
 
-    async def ensure_reachable(self, cause: BaseException | None = None) -> None:
-        """Raise when this harness's database no longer takes a fresh connection (within
-        ``db.CONNECT_TIMEOUT_S``): a run cannot go on without it. Returns None when it does.
-
-        Raises:
-            agentlab.runtime.db.DatabaseMissing: the server answers but the database does not exist
-                (SQLSTATE 3D000: dropped, e.g. by ``await h.close()`` or ``db clean``).
-            agentlab.runtime.db.DatabaseUnavailable: the server is gone (it does not answer on its
-                maintenance database either), or it is running and refuses the connection for another
-                reason, which the message names (a server that answers "too many clients", SQLSTATE
-                53300, is busy: no error).
-
-        Once the database is unreachable, the event log drops its rows rather than wait for a connection
-        at close."""
-        exc = await self._probe()
-        if exc is None:
-            return
-        self.events.abandon()
-        reason = db._connect_reason(exc)
-        name = db.dbname_of(self.url)
-        exists = await self._database_exists()
-        if exists is False:
-            by = ("this harness was closed (`await h.close()`, a notebook's last cell, drops its database)"
-                  if self.closed else "something dropped it (`python -m agentlab db clean` or `db reset`, "
-                  "or another session)")
-            raise db.DatabaseMissing(
-                f"the database {name} no longer exists, though the server is running: {by}. Open a new one "
-                "(re-run the notebook from its first cell, or `Harness.open()`) and run again"
-            ) from (cause or exc)
-        if exists:
-            raise db.DatabaseUnavailable(
-                f"the server is running but refused a new connection to {name} ({reason}); check the role "
-                "and its rights (`DATABASE_URL`) and re-run"
-            ) from (cause or exc)
-        raise db.DatabaseUnavailable(
-            f"lost the database server during the run ({reason}); what committed before "
-            "stays, the rest was not applied. Start it again (`python -m agentlab db start`), drop what the "
-            "run left (`python -m agentlab db clean`) and re-run"
-        ) from (cause or exc)
-
-    async def _database_exists(self) -> bool | None:
-        """Whether the server lists this harness's database (asked on its maintenance database), or None
-        when the server does not answer at all."""
-        for maintenance in ("postgres", "template1"):
-            try:
-                conn = await psycopg.AsyncConnection.connect(db.with_dbname(self.url, maintenance),
-                                                             connect_timeout=db.CONNECT_TIMEOUT_S, autocommit=True)
-            except psycopg.Error as exc:
-                if _busy(exc):
-                    return True  # alive; the database's own refusal is the one to report
-                continue
-            try:
-                cur = await conn.execute("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = %s)",
-                                         (db.dbname_of(self.url),))
-                return bool((await cur.fetchone())[0])
-            except psycopg.Error:
-                return None
-            finally:
-                await conn.close()
-        return None
-
-    async def _probe(self) -> psycopg.Error | None:
-        try:
-            conn = await psycopg.AsyncConnection.connect(self.url, connect_timeout=db.CONNECT_TIMEOUT_S)
-            await conn.close()
-        except psycopg.Error as exc:
-            return None if _busy(exc) else exc
-        return None
-
-    async def watch_server(self, interval_s: float = WATCH_INTERVAL_S) -> None:
-        """Check every ``interval_s`` seconds that the server still takes a connection; never return,
-        raise :class:`agentlab.runtime.db.DatabaseUnavailable` once two tries in a row fail.
-
-        Run it beside long work (an experiment) so a stopped server ends the run in seconds, rather
-        than each episode in flight waiting out its pool timeout."""
-        while True:
-            await asyncio.sleep(interval_s)
-            if await self._probe() is not None:
-                await asyncio.sleep(0.2)
-                await self.ensure_reachable()
-
-    async def watched(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Await ``coro`` with :meth:`watch_server` beside it: if the server goes away first, ``coro`` is
-        cancelled and :class:`agentlab.runtime.db.DatabaseUnavailable` raised (within about two seconds).
-        A connection error ``coro`` raises before the watchdog has seen anything (a worker process that lost
-        its connection first) is checked the same way (:meth:`ensure_reachable`): a server or database that
-        is gone is told as such, else the error is raised as it is."""
-        work = asyncio.ensure_future(coro)
-        watchdog = asyncio.ensure_future(self.watch_server())
-        try:
-            await asyncio.wait({work, watchdog}, return_when=asyncio.FIRST_COMPLETED)
-            if not work.done():
-                watchdog.result()  # the server is gone: raises
-            try:
-                return await work
-            except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
-                await self.ensure_reachable(exc)  # raises DatabaseUnavailable / DatabaseMissing when gone
-                raise
-        except BaseException:  # the server is gone, or this run was cancelled (Ctrl-C)
-            work.cancel()
-            await asyncio.gather(work, return_exceptions=True)
-            raise
-        finally:
-            watchdog.cancel()
-            await asyncio.gather(watchdog, return_exceptions=True)
-
     async def create_customers(self, scenario: Scenario, safeguards: Safeguards) -> list[int]:
         """The scenario's own rows (billing: its customers), new rows in the schema ``safeguards`` writes
         to, made by the domain's ``create_rows``; their ids in order."""
         async with self.pool.connection() as conn:
             return await self.domain.create_rows(conn, scenario, safeguards.schema)
 
-    def scenario(self, name: "Scenario | str"):
+    def scenario(self, name: Scenario | str):
         """The domain's scenario ``name`` (a scenario value is returned as is). Raises ValueError."""
         return self.domain.get_scenario(name) if isinstance(name, str) else name
 
@@ -356,7 +272,8 @@ class Harness:
         ``exit`` for runs whose crash you would answer by starting over on fresh data.
 
         Errors that escape the graph (for example an infrastructure error past the retries) are
-        recorded in :attr:`Episode.error`, not raised: an experiment goes on.
+        recorded in :attr:`Episode.error`, not raised: an experiment goes on; so is the ``MODEL ERROR``
+        of a run whose model replies could not be read (the state's ``model_error``, case C47).
 
         Under ``safeguards.run_lock`` the run holds the thread's lease from its start to its end
         (:mod:`agentlab.core.run_lock`): a second run on the same thread meanwhile is refused.
@@ -393,6 +310,7 @@ class Harness:
             ep.error = describe_model_error(exc, model) or f"{type(exc).__name__}: {exc}"  # a model's: no key
             snapshot = await graph.aget_state(config) if graph.checkpointer is not None else None
             state = snapshot.values if snapshot is not None else {}
+        ep.error = ep.error or state.get("model_error")  # a turn that ended on an unreadable reply (C47)
         ep.messages = list(state.get("messages", []))
         ep.rollbacks_total = state.get("rollbacks_total", 0)
         ep.escalated = bool(state.get("escalated", False))

@@ -116,22 +116,11 @@ class ScriptedChatModel(BaseChatModel):
             nxt: dict[int, dict] = {k: v for k, v in outstanding.items() if k not in {b[0][1] for b in batch}}
             moved_last: list[int] = []
             for (s, k), args, kind, category in batch:
-                planned = self.script[s][k]
-                if kind == "ok":
-                    continue
-                if kind in ("not_applied", "missing"):
-                    nxt[k] = args
-                elif kind == "raw_error":
-                    nxt[k] = planned.fix if planned.fix is not None else args
-                elif category in ("invalid_arguments", "business_rule", "not_found"):
-                    if planned.reorder and category == "not_found":
-                        nxt[k] = args
-                        moved_last.append(k)
-                    elif planned.fix is not None and args != planned.fix:
-                        nxt[k] = planned.fix
-                elif category in ("timeout", "transient"):
-                    nxt[k] = args
-                # conflict (already exists), rejected, internal: the call is given up or done
+                resend, last = react(self.script[s][k], args, kind, category)
+                if resend is not None:
+                    nxt[k] = resend
+                if last:
+                    moved_last.append(k)
             if saw_raw and not saw_not_applied:
                 # cannot tell what was applied: send the whole batch again, fixed where it errored
                 for (_, k), args, _, _ in batch:
@@ -177,3 +166,23 @@ class ScriptedChatModel(BaseChatModel):
 
     async def _agenerate(self, messages, stop=None, run_manager=None, **kwargs: Any) -> ChatResult:
         return self._generate(messages, stop=stop, **kwargs)
+
+
+def react(planned, args: dict, kind: str, category: str | None) -> tuple[dict | None, bool]:
+    """How the model reacts to one answered call: the arguments to send it again with (None: not again)
+    and whether it goes last in the next batch (a reordered call whose record did not exist yet)."""
+    if kind == "ok":
+        return None, False
+    if kind in ("not_applied", "missing"):
+        return args, False
+    if kind == "raw_error":
+        return (planned.fix if planned.fix is not None else args), False
+    if category in ("invalid_arguments", "business_rule", "not_found"):
+        if planned.reorder and category == "not_found":
+            return args, True
+        if planned.fix is not None and args != planned.fix:
+            return planned.fix, False
+        return None, False
+    if category in ("timeout", "transient"):
+        return args, False
+    return None, False  # conflict (already exists), rejected, internal: the call is given up or done

@@ -20,7 +20,6 @@ import secrets
 
 from agentlab.sim.provider import Clock, OutsideService
 
-
 INSERT_MESSAGE = """
 INSERT INTO notify.messages (id, recipient, subject, body, reference, corrects, created_at)
 VALUES (%s, %s, %s, %s, %s, %s, %s)

@@ -21,12 +21,13 @@ import json
 import secrets
 from collections import deque
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool
 
 from agentlab.core.errors import IdempotencyConflict, ProviderTimeout, ProviderUnavailable
+from agentlab.core.outbox import customer_ref
+from agentlab.core.pools import connection_pool
 
 DEFAULT_RETENTION_S = 24 * 3600.0
 
@@ -38,7 +39,7 @@ class Clock:
         self.offset = timedelta()
 
     def now(self) -> datetime:
-        return datetime.now(timezone.utc) + self.offset
+        return datetime.now(UTC) + self.offset
 
     def advance(self, seconds: float) -> None:
         """Move the clock forward by ``seconds`` (e.g. ``3 * 86400`` for three days)."""
@@ -65,11 +66,6 @@ WHERE (%(customer)s::text IS NULL OR customer = %(customer)s) ORDER BY created_a
 """
 
 
-def customer_ref(customer_id: int) -> str:
-    """The provider's name for one of our customers."""
-    return f"cus_{customer_id}"
-
-
 class OutsideService:
     """An outside system simulated on its own connection pool (never inside the kit's transactions).
 
@@ -79,9 +75,9 @@ class OutsideService:
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 4, behind_pooler: bool = False):
         self.url = url
-        self._pool = AsyncConnectionPool(url, min_size=min_size, max_size=max_size, open=False,
-                                         kwargs={"autocommit": True,
-                                                 **({"prepare_threshold": None} if behind_pooler else {})})
+        # hands out no connection a server restart killed (agentlab.core.pools, case C46); no tool runs here
+        self._pool = connection_pool(url, min_size=min_size, max_size=max_size, session_reset=False,
+                                     kwargs={"autocommit": True, **({"prepare_threshold": None} if behind_pooler else {})})
         self._opened = False
         self._open_lock = asyncio.Lock()
 

@@ -38,7 +38,7 @@ from pydantic import BeforeValidator, Field, model_validator
 
 from agentlab.core.errors import Category, NotFound, ToolError
 from agentlab.core.outbox import CHARGE_TOPIC, REFUND_TOPIC, send_payment
-from agentlab.core.toolspec import StrictArgs, ToolSpec, Toolset, tool
+from agentlab.core.toolspec import StrictArgs, Toolset, ToolSpec, tool
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -144,7 +144,7 @@ class ListRefunds(_Args):
     to_date: IsoDate
 
     @model_validator(mode="after")
-    def _window(self) -> "ListRefunds":
+    def _window(self) -> ListRefunds:
         if self.from_date > self.to_date:
             raise ValueError("from_date must be on or before to_date; swap the two dates")
         if self.to_date - self.from_date > timedelta(days=366):
@@ -203,7 +203,7 @@ def refund_dedupe_key(customer_id: int, reference: str) -> str:
 
 
 
-async def _one(conn: "AsyncConnection", query: str, params: tuple) -> tuple | None:
+async def _one(conn: AsyncConnection, query: str, params: tuple) -> tuple | None:
     cur = await conn.execute(query, params)
     return await cur.fetchone()
 

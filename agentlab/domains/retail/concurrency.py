@@ -22,7 +22,7 @@ fault                  the two conversations
 =====================  ==========================================================================================
 
 What goes wrong without a safeguard: each tool checks the order's status and reads the gift card's
-balance, then acts; the balance is written as an absolute value (:data:`.tools.SET_BALANCE`). At READ
+balance, then acts; the balance is written as an absolute value (:data:`.queries.SET_BALANCE`). At READ
 COMMITTED with plain reads (``row_locks`` off) both conversations pass the check on the same snapshot of
 the row: a pending order is cancelled and refunded twice, a delivered one is both returned and exchanged,
 and the second balance written overwrites the first. ``row_locks`` (``SELECT ... FOR UPDATE`` on the
@@ -63,7 +63,7 @@ from agentlab.domains.retail.order_checks import (
     order_fields,
     refunded_twice,
 )
-from agentlab.domains.retail.tools import ACTS
+from agentlab.domains.retail.queries import ACTS
 
 TENANT = "tau2"
 G1_OPENING_CENTS = 50_000
@@ -225,7 +225,7 @@ RACES: dict[str, tuple[Race, ...]] = {
 :data:`NOT_APPLICABLE`)."""
 BY_NAME: dict[str, Race] = {r.name: r for races in RACES.values() for r in races}
 MEETS_AT = ACTS
-"""The statements the two conversations meet at: each write tool's first write (:data:`.tools.ACTS`)."""
+"""The statements the two conversations meet at: each write tool's first write (:data:`.queries.ACTS`)."""
 
 
 # --------------------------------------------------------------------------- invariants

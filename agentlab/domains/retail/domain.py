@@ -61,6 +61,12 @@ GRANT UPDATE (item_id, price_cents, options) ON retail.order_items TO {AGENT_ROL
 GRANT INSERT ON retail.payment_history TO {AGENT_ROLE};
 """
 
+# Every table the tools reach, shared on purpose: retail is one shop, tau2's, in a database of its own (one
+# tenant, TENANT), so row-level security by tenant would hide nothing. The agent role's grants above still
+# hold the tools to what they need; notebook 17 shows row security per user on top (case C42).
+SHARED_TABLES = ("retail.fulfillments", "retail.order_items", "retail.orders", "retail.payment_history",
+                 "retail.payment_methods", "retail.products", "retail.users", "retail.variants")
+
 # The opening state the invariants compare with; the agent role cannot read or write these tables
 OPENING_TABLES = """
 CREATE TABLE retail.opening_gift_cards (
@@ -306,7 +312,7 @@ def retail_domain(*, reproduce_last_variant_bug: bool = True) -> Domain:
     return Domain(
         "retail", toolset=toolset(reproduce_last_variant_bug), scenarios=SCENARIOS, create_rows=create_rows,
         schema="retail", migrations=MIGRATIONS, seed=seed, seed_files=SEED_FILES, invariants=INVARIANTS,
-        export_state=export_state, tenant_id=TENANT, error_hints=ERROR_HINTS,
+        export_state=export_state, tenant_id=TENANT, error_hints=ERROR_HINTS, shared_tables=SHARED_TABLES,
         description="tau2-bench retail (a2c0247): 16 tools, 114 tasks' golden actions"
                     + ("" if reproduce_last_variant_bug else "; tau2's last-variant bug fixed"),
     )

@@ -159,7 +159,7 @@ def assemble_orders(orders: list[tuple], items: list[tuple], fulfillments: list[
 
 # --------------------------------------------------------------------------- reading the database
 
-async def _fetch(conn: psycopg.AsyncConnection, queries: tuple[str, ...], where: str = "",
+async def fetch_rows(conn: psycopg.AsyncConnection, queries: tuple[str, ...], where: str = "",
                  params: tuple = ()) -> list[list[tuple]]:
     out = []
     for query in queries:
@@ -176,9 +176,9 @@ def _fetch_sync(conn: psycopg.Connection, queries: tuple[str, ...], where: str =
 async def export_state(conn: psycopg.AsyncConnection) -> dict:
     """The whole ``retail`` schema as tau2's ``RetailDB.model_dump()`` (money as floats)."""
     return {
-        "products": assemble_products(*await _fetch(conn, PRODUCT_QUERIES)),
-        "users": assemble_users(*await _fetch(conn, USER_QUERIES)),
-        "orders": assemble_orders(*await _fetch(conn, ORDER_QUERIES)),
+        "products": assemble_products(*await fetch_rows(conn, PRODUCT_QUERIES)),
+        "users": assemble_users(*await fetch_rows(conn, USER_QUERIES)),
+        "orders": assemble_orders(*await fetch_rows(conn, ORDER_QUERIES)),
     }
 
 
@@ -193,19 +193,19 @@ def export_state_sync(conn: psycopg.Connection) -> dict:
 
 async def fetch_order(conn: psycopg.AsyncConnection, order_id: str) -> dict | None:
     """One order as tau2's ``Order`` JSON, or ``None``."""
-    orders = assemble_orders(*await _fetch(conn, ORDER_QUERIES, "WHERE order_id = %s", (order_id,)))
+    orders = assemble_orders(*await fetch_rows(conn, ORDER_QUERIES, "WHERE order_id = %s", (order_id,)))
     return orders.get(order_id)
 
 
 async def fetch_user(conn: psycopg.AsyncConnection, user_id: str) -> dict | None:
     """One user as tau2's ``User`` JSON, or ``None``."""
-    users = assemble_users(*await _fetch(conn, USER_QUERIES, "WHERE user_id = %s", (user_id,)))
+    users = assemble_users(*await fetch_rows(conn, USER_QUERIES, "WHERE user_id = %s", (user_id,)))
     return users.get(user_id)
 
 
 async def fetch_product(conn: psycopg.AsyncConnection, product_id: str) -> dict | None:
     """One product as tau2's ``Product`` JSON, or ``None``."""
-    products = assemble_products(*await _fetch(conn, PRODUCT_QUERIES, "WHERE product_id = %s", (product_id,)))
+    products = assemble_products(*await fetch_rows(conn, PRODUCT_QUERIES, "WHERE product_id = %s", (product_id,)))
     return products.get(product_id)
 
 

@@ -35,10 +35,10 @@ from agentlab.domains.retail.export import (
     ORDER_QUERIES,
     PRODUCT_QUERIES,
     USER_QUERIES,
-    _fetch,
     assemble_orders,
     assemble_products,
     assemble_users,
+    fetch_rows,
     round_floats,
 )
 from agentlab.domains.retail.load import COLUMNS
@@ -175,7 +175,7 @@ async def fetch_entities(conn: psycopg.AsyncConnection, keys: dict[str, list[str
                                             ("products", PRODUCT_QUERIES, "product_id", assemble_products),
                                             ("users", USER_QUERIES, "user_id", assemble_users)):
         if keys.get(kind):
-            out[kind] = assemble(*await _fetch(conn, queries, f"WHERE {column} = ANY(%s)", (keys[kind],)))
+            out[kind] = assemble(*await fetch_rows(conn, queries, f"WHERE {column} = ANY(%s)", (keys[kind],)))
     return out
 
 

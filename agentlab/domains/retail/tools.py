@@ -71,9 +71,28 @@ from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
 from agentlab.core.errors import Category, NotFound, ToolError
+from agentlab.domains.retail import queries as q  # the statements and the shared reads and locks
+from agentlab.domains.retail.arguments import (
+    Calculate,
+    CancelPendingOrder,
+    ExchangeDeliveredOrderItems,
+    FindUserIdByEmail,
+    FindUserIdByNameZip,
+    GetItemDetails,
+    GetOrderDetails,
+    GetProductDetails,
+    GetUserDetails,
+    ListAllProductTypes,
+    ModifyPendingOrderAddress,
+    ModifyPendingOrderItems,
+    ModifyPendingOrderPayment,
+    ModifyUserAddress,
+    ReturnDeliveredOrderItems,
+    TransferToHumanAgents,
+)
 from agentlab.domains.retail.export import (
     fetch_order,
     fetch_product,
@@ -89,300 +108,6 @@ CANCEL_REASONS = ("no longer needed", "ordered by mistake")
 
 Handler = Callable[[psycopg.AsyncConnection, dict, Any], Awaitable["dict | list | str"]]
 
-
-# --------------------------------------------------------------------------- argument models
-
-def _config(tool_name: str) -> ConfigDict:
-    return ConfigDict(strict=True, extra="forbid", title=tool_name)
-
-
-OrderId = Field(description="The order id, such as '#W0000000'; it starts with a '#'.")
-UserId = Field(description="The user id, such as 'sara_doe_496'.")
-ProductId = Field(description="The product id, such as '6086499569'; not the same thing as an item id.")
-ItemId = Field(description="The item id, such as '6086499569'; not the same thing as a product id.")
-PaymentMethodId = Field(description=(
-    "The payment method id, such as 'gift_card_0000000' or 'credit_card_0000000', as shown in the "
-    "user's or the order's details; it pays or receives the price difference."))
-Address1 = Field(description="The first line of the address, such as '123 Main St'.")
-Address2 = Field(description="The second line of the address, such as 'Apt 1', or ''.")
-City = Field(description="The city, such as 'San Francisco'.")
-State = Field(description="The state, such as 'CA'.")
-Country = Field(description="The country, such as 'USA'.")
-Zip = Field(description="The zip code, such as '12345'.")
-
-
-class Calculate(BaseModel):
-    """Calculate the result of an arithmetic expression of numbers, + - * /, parentheses and spaces; the
-    result is rounded to 2 decimals."""
-
-    model_config = _config("calculate")
-    expression: str = Field(description="The expression to calculate, such as '2 + 2'.")
-
-
-class CancelPendingOrder(BaseModel):
-    """Cancel a pending order; a processed or delivered order cannot be cancelled. Explain the
-    cancellation to the user and get an explicit yes before calling. The order becomes 'cancelled' and
-    every payment is refunded: at once to a gift card, in 5-7 business days to other methods. Returns
-    the order after the cancellation."""
-
-    model_config = _config("cancel_pending_order")
-    order_id: str = OrderId
-    reason: str = Field(description="Why: either 'no longer needed' or 'ordered by mistake'.")
-
-
-class ExchangeDeliveredOrderItems(BaseModel):
-    """Exchange items of a delivered order for other items of the same product. A delivered order can
-    be returned or exchanged once only. Explain the exchange to the user and get an explicit yes before
-    calling. Returns the order after the exchange request."""
-
-    model_config = _config("exchange_delivered_order_items")
-    order_id: str = OrderId
-    item_ids: list[str] = Field(description=(
-        "The item ids to exchange, each such as '1008292230'; an id may appear more than once."))
-    new_item_ids: list[str] = Field(description=(
-        "The item ids to exchange them for, each such as '1008292230', one per item id in the same "
-        "position and of the same product; an id may appear more than once."))
-    payment_method_id: str = PaymentMethodId
-
-
-class FindUserIdByNameZip(BaseModel):
-    """Find a user id from first name, last name and zip code. Look users up by e-mail first; use this
-    only when the user is not found by e-mail or does not remember it. Returns the user id."""
-
-    model_config = _config("find_user_id_by_name_zip")
-    first_name: str = Field(description="The customer's first name, such as 'John'.")
-    last_name: str = Field(description="The customer's last name, such as 'Doe'.")
-    zip: str = Zip
-
-
-class FindUserIdByEmail(BaseModel):
-    """Find a user id from an e-mail address. Returns the user id."""
-
-    model_config = _config("find_user_id_by_email")
-    email: str = Field(description="The user's e-mail, such as 'something@example.com'.")
-
-
-class GetOrderDetails(BaseModel):
-    """Get the status and details of an order."""
-
-    model_config = _config("get_order_details")
-    order_id: str = OrderId
-
-
-class GetProductDetails(BaseModel):
-    """Get the inventory details of a product: its variants (items) with options, availability, price."""
-
-    model_config = _config("get_product_details")
-    product_id: str = ProductId
-
-
-class GetItemDetails(BaseModel):
-    """Get the inventory details of one item: its options, availability and price."""
-
-    model_config = _config("get_item_details")
-    item_id: str = ItemId
-
-
-class GetUserDetails(BaseModel):
-    """Get the details of a user: name, address, e-mail, payment methods and orders."""
-
-    model_config = _config("get_user_details")
-    user_id: str = UserId
-
-
-class ListAllProductTypes(BaseModel):
-    """List the name and product id of every product type (50 in the store; each has several items with
-    their own item ids and options). Returns a JSON object of product names to product ids, by name."""
-
-    model_config = _config("list_all_product_types")
-
-
-class ModifyPendingOrderAddress(BaseModel):
-    """Change the shipping address of a pending order. Explain the change to the user and get an
-    explicit yes before calling. Returns the order after the change."""
-
-    model_config = _config("modify_pending_order_address")
-    order_id: str = OrderId
-    address1: str = Address1
-    address2: str = Address2
-    city: str = City
-    state: str = State
-    country: str = Country
-    zip: str = Zip
-
-
-class ModifyPendingOrderItems(BaseModel):
-    """Change items of a pending order to other items of the same product. This can be done once per
-    pending order. Explain the change to the user and get an explicit yes before calling. Returns the
-    order after the change."""
-
-    model_config = _config("modify_pending_order_items")
-    order_id: str = OrderId
-    item_ids: list[str] = Field(description=(
-        "The item ids to change, each such as '1008292230'; an id may appear more than once."))
-    new_item_ids: list[str] = Field(description=(
-        "The item ids to change them to, each such as '1008292230', one per item id in the same "
-        "position, of the same product and different from it; an id may appear more than once."))
-    payment_method_id: str = PaymentMethodId
-
-
-class ModifyPendingOrderPayment(BaseModel):
-    """Change the payment method of a pending order. Explain the change to the user and get an explicit
-    yes before calling. Returns the order after the change."""
-
-    model_config = _config("modify_pending_order_payment")
-    order_id: str = OrderId
-    payment_method_id: str = Field(description=(
-        "The new payment method id, such as 'gift_card_0000000' or 'credit_card_0000000', as shown in "
-        "the user's details."))
-
-
-class ModifyUserAddress(BaseModel):
-    """Change a user's default address. Explain the change to the user and get an explicit yes before
-    calling. Returns the user after the change."""
-
-    model_config = _config("modify_user_address")
-    user_id: str = UserId
-    address1: str = Address1
-    address2: str = Address2
-    city: str = City
-    state: str = State
-    country: str = Country
-    zip: str = Zip
-
-
-class ReturnDeliveredOrderItems(BaseModel):
-    """Return items of a delivered order; the order becomes 'return requested' and the user gets an
-    e-mail on how and where to send the items. Explain the return to the user and get an explicit yes
-    before calling. Returns the order after the return request."""
-
-    model_config = _config("return_delivered_order_items")
-    order_id: str = OrderId
-    item_ids: list[str] = Field(description=(
-        "The item ids to return, each such as '1008292230'; an id may appear more than once."))
-    payment_method_id: str = Field(description=(
-        "Where the refund goes: the order's original payment method or a gift card of the user, such as "
-        "'gift_card_0000000' or 'credit_card_0000000'."))
-
-
-class TransferToHumanAgents(BaseModel):
-    """Transfer the user to a human agent with a summary of the issue. Transfer only when the user
-    asks for a human agent explicitly, or when the policy and the tools cannot solve the issue."""
-
-    model_config = _config("transfer_to_human_agents")
-    summary: str = Field(description="A summary of the user's issue.")
-
-
-# --------------------------------------------------------------------------- SQL
-
-ORDER_READ = "SELECT user_id, status FROM retail.orders WHERE order_id = %s"
-ORDER_FOR_UPDATE = ORDER_READ + " FOR UPDATE"
-ORDER_ITEMS_READ = ("SELECT position, item_id, product_id, price_cents, options FROM retail.order_items "
-                    "WHERE order_id = %s ORDER BY position")
-ORDER_ITEMS_FOR_UPDATE = ORDER_ITEMS_READ + " FOR UPDATE"
-ORDER_ITEM_IDS = "SELECT item_id, product_id, price_cents FROM retail.order_items WHERE order_id = %s ORDER BY position"
-PAYMENTS = ("SELECT seq, transaction_type, amount_cents, payment_method_id FROM retail.payment_history "
-            "WHERE order_id = %s ORDER BY seq")
-INSERT_PAYMENT = ("INSERT INTO retail.payment_history (order_id, seq, user_id, transaction_type, amount_cents, "
-                  "payment_method_id) VALUES (%s, %s, %s, %s, %s, %s)")
-VARIANT_READ = "SELECT available, price_cents, options FROM retail.variants WHERE product_id = %s AND item_id = %s"
-VARIANT_FOR_SHARE = VARIANT_READ + " FOR SHARE"
-PRODUCT_EXISTS = "SELECT 1 FROM retail.products WHERE product_id = %s"
-PAYMENT_METHOD = ("SELECT source, balance_cents FROM retail.payment_methods "
-                  "WHERE user_id = %s AND payment_method_id = %s")
-PAYMENT_METHODS_READ = ("SELECT payment_method_id, source, balance_cents FROM retail.payment_methods "
-                        "WHERE user_id = %s AND payment_method_id = ANY(%s) ORDER BY payment_method_id")
-PAYMENT_METHODS_FOR_UPDATE = PAYMENT_METHODS_READ + " FOR UPDATE"
-SET_BALANCE = ("UPDATE retail.payment_methods SET balance_cents = %s "
-               "WHERE payment_method_id = %s AND source = 'gift_card'")
-NEXT_SEQ = "SELECT coalesce(max(seq), -1) + 1 FROM retail.payment_history WHERE order_id = %s"
-SET_STATUS_CANCELLED = "UPDATE retail.orders SET status = 'cancelled', cancel_reason = %s WHERE order_id = %s"
-SET_STATUS_EXCHANGE = (
-    "UPDATE retail.orders SET status = 'exchange requested', exchange_items = %s, exchange_new_items = %s, "
-    "exchange_payment_method_id = %s, exchange_price_difference_cents = %s WHERE order_id = %s")
-SET_STATUS_RETURN = ("UPDATE retail.orders SET status = 'return requested', return_items = %s, "
-                     "return_payment_method_id = %s WHERE order_id = %s")
-SET_STATUS_ITEM_MODIFIED = "UPDATE retail.orders SET status = 'pending (item modified)' WHERE order_id = %s"
-USER_READ = "SELECT 1 FROM retail.users WHERE user_id = %s"
-USER_FOR_UPDATE = USER_READ + " FOR UPDATE"
-ACTS = (SET_BALANCE, NEXT_SEQ, SET_STATUS_CANCELLED, SET_STATUS_EXCHANGE, SET_STATUS_RETURN, SET_STATUS_ITEM_MODIFIED)
-"""Each write tool's first write (or the read that numbers its payment rows) goes through one of these:
-where two racing conversations meet (:mod:`agentlab.lab.concurrency`)."""
-SET_ORDER_ADDRESS = ("UPDATE retail.orders SET address1 = %s, address2 = %s, city = %s, state = %s, country = %s, "
-                     "zip = %s WHERE order_id = %s")
-SET_USER_ADDRESS = ("UPDATE retail.users SET address1 = %s, address2 = %s, city = %s, state = %s, country = %s, "
-                    "zip = %s WHERE user_id = %s")
-
-
-async def _one(conn: psycopg.AsyncConnection, query: str, params: tuple) -> tuple | None:
-    cur = await conn.execute(query, params)
-    return await cur.fetchone()
-
-
-async def _all(conn: psycopg.AsyncConnection, query: str, params: tuple) -> list[tuple]:
-    cur = await conn.execute(query, params)
-    return await cur.fetchall()
-
-
-def _locks(ctx) -> bool:
-    """Whether the tools lock what they check (``ctx.safeguards.row_locks``; True when ``ctx`` has none)."""
-    sg = getattr(ctx, "safeguards", None)
-    return True if sg is None else bool(getattr(sg, "row_locks", True))
-
-
-async def _lock_order(conn, order_id: str, ctx=None) -> tuple[str, str]:
-    """``(user_id, status)`` of the order, its row locked ``FOR UPDATE`` (a plain read without row locks);
-    NotFound when it does not exist."""
-    row = await _one(conn, ORDER_FOR_UPDATE if _locks(ctx) else ORDER_READ, (order_id,))
-    if row is None:
-        raise NotFound("Order not found")
-    return row
-
-
-async def _lock_payment_methods(conn, user_id: str, ids, ctx=None) -> dict[str, tuple[str, int | None]]:
-    """The user's payment methods among ``ids``, locked ``FOR UPDATE`` in id order (a plain read without
-    row locks): id -> (source, balance)."""
-    query = PAYMENT_METHODS_FOR_UPDATE if _locks(ctx) else PAYMENT_METHODS_READ
-    rows = await _all(conn, query, (user_id, sorted(set(ids))))
-    return {pm_id: (source, balance) for pm_id, source, balance in rows}
-
-
-async def _payment_method(conn, user_id: str, pm_id: str, *, lock: bool, ctx=None) -> tuple[str, int | None]:
-    """``(source, balance_cents)`` of the user's payment method; NotFound when the user has no such method."""
-    if lock:
-        found = (await _lock_payment_methods(conn, user_id, [pm_id], ctx)).get(pm_id)
-    else:
-        found = await _one(conn, PAYMENT_METHOD, (user_id, pm_id))
-    if found is None:
-        raise NotFound("Payment method not found")
-    return tuple(found)
-
-
-async def _variant(conn, product_id: str, item_id: str, ctx=None) -> tuple[bool, int, dict]:
-    """``(available, price_cents, options)`` of the product's variant, ``FOR SHARE`` (a plain read without row
-    locks); tau2's _get_variant."""
-    row = await _one(conn, VARIANT_FOR_SHARE if _locks(ctx) else VARIANT_READ, (product_id, item_id))
-    if row is None:
-        if await _one(conn, PRODUCT_EXISTS, (product_id,)) is None:
-            raise NotFound("Product not found")
-        raise NotFound("Variant not found")
-    return row
-
-
-def _count_check(item_ids: list[str], order_item_ids: list[str], message: Callable[[str], str]) -> None:
-    """tau2's check that each id is asked for at most as many times as the order holds it."""
-    for item_id in item_ids:
-        if item_ids.count(item_id) > order_item_ids.count(item_id):
-            raise NotFound(message(item_id))
-
-
-async def _append_payments(conn, order_id: str, user_id: str, entries: list[tuple[str, int, str]]) -> None:
-    """Append ``(transaction_type, amount_cents, payment_method_id)`` rows to the order's payment history."""
-    rows = await _all(conn, NEXT_SEQ, (order_id,))
-    seq = rows[0][0]
-    async with conn.cursor() as cur:
-        await cur.executemany(INSERT_PAYMENT, [(order_id, seq + i, user_id, kind, amount, pm)
-                                               for i, (kind, amount, pm) in enumerate(entries)])
 
 
 # --------------------------------------------------------------------------- calculate
@@ -432,7 +157,7 @@ async def find_user_id_by_name_zip(conn, args, ctx) -> str:
     # tau2 compares with Python's str.lower(), first match in the users' order: filter by zip in SQL,
     # compare names in Python, so the case folding is exactly tau2's
     first, last = args["first_name"].lower(), args["last_name"].lower()
-    rows = await _all(conn, "SELECT user_id, first_name, last_name FROM retail.users WHERE zip = %s "
+    rows = await q.fetch_all(conn, "SELECT user_id, first_name, last_name FROM retail.users WHERE zip = %s "
                             "ORDER BY position", (args["zip"],))
     for user_id, first_name, last_name in rows:
         if first_name.lower() == first and last_name.lower() == last:
@@ -447,13 +172,13 @@ async def find_user_id_by_email(conn, args, ctx) -> str:
     # with Python's str.lower(), as tau2 does
     email = args["email"]
     if email.isascii():
-        row = await _one(conn, "SELECT user_id FROM retail.users WHERE lower(email) = lower(%s) "
+        row = await q.fetch_one(conn, "SELECT user_id FROM retail.users WHERE lower(email) = lower(%s) "
                                "ORDER BY position LIMIT 1", (email,))
         if row is not None:
             return row[0]
     else:
         wanted = email.lower()
-        for user_id, stored in await _all(conn, "SELECT user_id, email FROM retail.users ORDER BY position", ()):
+        for user_id, stored in await q.fetch_all(conn, "SELECT user_id, email FROM retail.users ORDER BY position", ()):
             if stored.lower() == wanted:
                 return user_id
     raise NotFound("User not found")
@@ -474,7 +199,7 @@ async def get_product_details(conn, args, ctx) -> dict:
 
 
 async def get_item_details(conn, args, ctx) -> dict:
-    row = await _one(conn, "SELECT item_id, options, available, price_cents FROM retail.variants "
+    row = await q.fetch_one(conn, "SELECT item_id, options, available, price_cents FROM retail.variants "
                            "WHERE item_id = %s", (args["item_id"],))
     if row is None:
         raise NotFound("Item not found")
@@ -489,7 +214,7 @@ async def get_user_details(conn, args, ctx) -> dict:
 
 
 async def list_all_product_types(conn, args, ctx) -> str:
-    rows = await _all(conn, "SELECT name, product_id FROM retail.products ORDER BY position", ())
+    rows = await q.fetch_all(conn, "SELECT name, product_id FROM retail.products ORDER BY position", ())
     return json.dumps({name: product_id for name, product_id in rows}, sort_keys=True)
 
 
@@ -501,13 +226,13 @@ async def transfer_to_human_agents(conn, args, ctx) -> str:
 
 async def cancel_pending_order(conn, args, ctx) -> dict:
     order_id, reason = args["order_id"], args["reason"]
-    user_id, status = await _lock_order(conn, order_id, ctx)
+    user_id, status = await q.lock_order(conn, order_id, ctx)
     if status != "pending":
         raise ToolError("Non-pending order cannot be cancelled", Category.BUSINESS_RULE)
     # the reason is the schema's to check: the CHECK orders_cancel_reason_valid refuses any but tau2's two
     # at the UPDATE below, and the translator words it as tau2 ("Invalid reason", retail's error hints)
-    payments = await _all(conn, PAYMENTS, (order_id,))
-    methods = await _lock_payment_methods(conn, user_id, [p[3] for p in payments], ctx)
+    payments = await q.fetch_all(conn, q.PAYMENTS, (order_id,))
+    methods = await q.lock_payment_methods(conn, user_id, [p[3] for p in payments], ctx)
     # tau2 refunds every entry of the history (a refund entry too) and credits gift cards at once
     refunds, credit = [], {}
     for _seq, _kind, amount, pm_id in payments:
@@ -517,20 +242,20 @@ async def cancel_pending_order(conn, args, ctx) -> dict:
         if methods[pm_id][0] == "gift_card":
             credit[pm_id] = credit.get(pm_id, 0) + amount
     for pm_id in sorted(credit):
-        await conn.execute(SET_BALANCE, (methods[pm_id][1] + credit[pm_id], pm_id))
-    await conn.execute(SET_STATUS_CANCELLED, (reason, order_id))
-    await _append_payments(conn, order_id, user_id, refunds)
+        await conn.execute(q.SET_BALANCE, (methods[pm_id][1] + credit[pm_id], pm_id))
+    await conn.execute(q.SET_STATUS_CANCELLED, (reason, order_id))
+    await q.append_payments(conn, order_id, user_id, refunds)
     return await fetch_order(conn, order_id)
 
 
 async def exchange_delivered_order_items(conn, args, ctx) -> dict:
     order_id, item_ids, new_item_ids = args["order_id"], list(args["item_ids"]), list(args["new_item_ids"])
     pm_id = args["payment_method_id"]
-    user_id, status = await _lock_order(conn, order_id, ctx)
+    user_id, status = await q.lock_order(conn, order_id, ctx)
     if status != "delivered":
         raise ToolError("Non-delivered order cannot be exchanged", Category.BUSINESS_RULE)
-    items = await _all(conn, ORDER_ITEM_IDS, (order_id,))
-    _count_check(item_ids, [i[0] for i in items], lambda item_id: f"Number of {item_id} not found.")
+    items = await q.fetch_all(conn, q.ORDER_ITEM_IDS, (order_id,))
+    q.count_check(item_ids, [i[0] for i in items], lambda item_id: f"Number of {item_id} not found.")
     if len(item_ids) != len(new_item_ids):
         raise ToolError("The number of items to be exchanged should match.", Category.INVALID_ARGUMENTS)
     diff = 0
@@ -538,25 +263,25 @@ async def exchange_delivered_order_items(conn, args, ctx) -> dict:
         item = next((i for i in items if i[0] == item_id), None)
         if item is None:
             raise NotFound(f"Item {item_id} not found")
-        available, new_price, _options = await _variant(conn, item[1], new_item_id, ctx)
+        available, new_price, _options = await q.variant(conn, item[1], new_item_id, ctx)
         if not available:
             raise ToolError(f"New item {new_item_id} not found or available", Category.BUSINESS_RULE)
         diff += new_price - item[2]
     # a payment method the user does not have is the schema's to refuse: the FOREIGN KEY
     # orders_exchange_payment_method_owned at the UPDATE below ("Payment method not found", as tau2)
-    source, balance = (await _lock_payment_methods(conn, user_id, [pm_id], ctx)).get(pm_id, (None, None))
+    source, balance = (await q.lock_payment_methods(conn, user_id, [pm_id], ctx)).get(pm_id, (None, None))
     if source == "gift_card" and balance < diff:
         raise ToolError("Insufficient gift card balance to pay for the price difference", Category.BUSINESS_RULE)
-    await conn.execute(SET_STATUS_EXCHANGE, (sorted(item_ids), sorted(new_item_ids), pm_id, diff, order_id))
+    await conn.execute(q.SET_STATUS_EXCHANGE, (sorted(item_ids), sorted(new_item_ids), pm_id, diff, order_id))
     return await fetch_order(conn, order_id)
 
 
 async def modify_pending_order_address(conn, args, ctx) -> dict:
     order_id = args["order_id"]
-    _user_id, status = await _lock_order(conn, order_id, ctx)
+    _user_id, status = await q.lock_order(conn, order_id, ctx)
     if "pending" not in status:  # tau2's _is_pending_order: 'pending (item modified)' too
         raise ToolError("Non-pending order cannot be modified", Category.BUSINESS_RULE)
-    await conn.execute(SET_ORDER_ADDRESS, (args["address1"], args["address2"], args["city"], args["state"],
+    await conn.execute(q.SET_ORDER_ADDRESS, (args["address1"], args["address2"], args["city"], args["state"],
                                            args["country"], args["zip"], order_id))
     return await fetch_order(conn, order_id)
 
@@ -569,13 +294,13 @@ def _last_variant_bug(ctx) -> bool:
 async def modify_pending_order_items(conn, args, ctx) -> dict:
     order_id, item_ids, new_item_ids = args["order_id"], list(args["item_ids"]), list(args["new_item_ids"])
     pm_id = args["payment_method_id"]
-    user_id, status = await _lock_order(conn, order_id, ctx)
+    user_id, status = await q.lock_order(conn, order_id, ctx)
     if status != "pending":
         raise ToolError("Non-pending order cannot be modified", Category.BUSINESS_RULE)
     # the order's items as tau2 holds them: [position, item_id, product_id, price_cents, options]
-    items = [list(row) for row in await _all(conn, ORDER_ITEMS_FOR_UPDATE if _locks(ctx) else ORDER_ITEMS_READ,
+    items = [list(row) for row in await q.fetch_all(conn, q.ORDER_ITEMS_FOR_UPDATE if q.locking(ctx) else q.ORDER_ITEMS_READ,
                                                (order_id,))]
-    _count_check(item_ids, [i[1] for i in items], lambda item_id: f"{item_id} not found")
+    q.count_check(item_ids, [i[1] for i in items], lambda item_id: f"{item_id} not found")
     if len(item_ids) != len(new_item_ids):
         raise ToolError("The number of items to be exchanged should match", Category.INVALID_ARGUMENTS)
     diff, variants = 0, []
@@ -585,17 +310,17 @@ async def modify_pending_order_items(conn, args, ctx) -> dict:
         item = next((i for i in items if i[1] == item_id), None)
         if item is None:
             raise NotFound(f"Item {item_id} not found")
-        available, new_price, options = await _variant(conn, item[2], new_item_id, ctx)
+        available, new_price, options = await q.variant(conn, item[2], new_item_id, ctx)
         if not available:
             raise ToolError(f"New item {new_item_id} not found or available", Category.BUSINESS_RULE)
         diff += new_price - item[3]
         variants.append((new_price, options))
-    source, balance = await _payment_method(conn, user_id, pm_id, lock=True, ctx=ctx)
+    source, balance = await q.payment_method(conn, user_id, pm_id, lock=True, ctx=ctx)
     if source == "gift_card" and balance < diff:
         raise ToolError("Insufficient gift card balance to pay for the new item", Category.BUSINESS_RULE)
-    await _append_payments(conn, order_id, user_id, [("payment" if diff > 0 else "refund", abs(diff), pm_id)])
+    await q.append_payments(conn, order_id, user_id, [("payment" if diff > 0 else "refund", abs(diff), pm_id)])
     if source == "gift_card":
-        await conn.execute(SET_BALANCE, (balance - diff, pm_id))
+        await conn.execute(q.SET_BALANCE, (balance - diff, pm_id))
     bug = _last_variant_bug(ctx)
     changed: dict[int, list] = {}
     for (item_id, new_item_id), own in zip(zip(item_ids, new_item_ids), variants):
@@ -610,58 +335,58 @@ async def modify_pending_order_items(conn, args, ctx) -> dict:
             "UPDATE retail.order_items SET item_id = %s, price_cents = %s, options = %s "
             "WHERE order_id = %s AND position = %s",
             [(i[1], i[3], Jsonb(i[4]), order_id, i[0]) for i in changed.values()])
-    await conn.execute(SET_STATUS_ITEM_MODIFIED, (order_id,))
+    await conn.execute(q.SET_STATUS_ITEM_MODIFIED, (order_id,))
     return await fetch_order(conn, order_id)
 
 
 async def modify_pending_order_payment(conn, args, ctx) -> dict:
     order_id, pm_id = args["order_id"], args["payment_method_id"]
-    user_id, status = await _lock_order(conn, order_id, ctx)
+    user_id, status = await q.lock_order(conn, order_id, ctx)
     if "pending" not in status:
         raise ToolError("Non-pending order cannot be modified", Category.BUSINESS_RULE)
-    await _payment_method(conn, user_id, pm_id, lock=False)  # NotFound first, as tau2
-    payments = await _all(conn, PAYMENTS, (order_id,))
+    await q.payment_method(conn, user_id, pm_id, lock=False)  # NotFound first, as tau2
+    payments = await q.fetch_all(conn, q.PAYMENTS, (order_id,))
     if len(payments) != 1 or payments[0][1] != "payment":
         raise ToolError("There should be exactly one payment for a pending order", Category.BUSINESS_RULE)
     old_pm, amount = payments[0][3], payments[0][2]
     if old_pm == pm_id:
         raise ToolError("The new payment method should be different from the current one",
                         Category.INVALID_ARGUMENTS)
-    methods = await _lock_payment_methods(conn, user_id, [pm_id, old_pm], ctx)
+    methods = await q.lock_payment_methods(conn, user_id, [pm_id, old_pm], ctx)
     if old_pm not in methods:
         raise NotFound("Payment method not found")
     source, balance = methods[pm_id]
     if source == "gift_card" and balance < amount:
         raise ToolError("Insufficient gift card balance to pay for the order", Category.BUSINESS_RULE)
-    await _append_payments(conn, order_id, user_id, [("payment", amount, pm_id), ("refund", amount, old_pm)])
+    await q.append_payments(conn, order_id, user_id, [("payment", amount, pm_id), ("refund", amount, old_pm)])
     if source == "gift_card":
-        await conn.execute(SET_BALANCE, (balance - amount, pm_id))
+        await conn.execute(q.SET_BALANCE, (balance - amount, pm_id))
     if methods[old_pm][0] == "gift_card":
-        await conn.execute(SET_BALANCE, (methods[old_pm][1] + amount, old_pm))
+        await conn.execute(q.SET_BALANCE, (methods[old_pm][1] + amount, old_pm))
     return await fetch_order(conn, order_id)
 
 
 async def modify_user_address(conn, args, ctx) -> dict:
     user_id = args["user_id"]
-    if await _one(conn, USER_FOR_UPDATE if _locks(ctx) else USER_READ, (user_id,)) is None:
+    if await q.fetch_one(conn, q.USER_FOR_UPDATE if q.locking(ctx) else q.USER_READ, (user_id,)) is None:
         raise NotFound("User not found")
-    await conn.execute(SET_USER_ADDRESS, (args["address1"], args["address2"], args["city"], args["state"],
+    await conn.execute(q.SET_USER_ADDRESS, (args["address1"], args["address2"], args["city"], args["state"],
                                           args["country"], args["zip"], user_id))
     return await fetch_user(conn, user_id)
 
 
 async def return_delivered_order_items(conn, args, ctx) -> dict:
     order_id, item_ids, pm_id = args["order_id"], list(args["item_ids"]), args["payment_method_id"]
-    user_id, status = await _lock_order(conn, order_id, ctx)
+    user_id, status = await q.lock_order(conn, order_id, ctx)
     if status != "delivered":
         raise ToolError("Non-delivered order cannot be returned", Category.BUSINESS_RULE)
-    source, _balance = await _payment_method(conn, user_id, pm_id, lock=True, ctx=ctx)
-    payments = await _all(conn, PAYMENTS, (order_id,))
+    source, _balance = await q.payment_method(conn, user_id, pm_id, lock=True, ctx=ctx)
+    payments = await q.fetch_all(conn, q.PAYMENTS, (order_id,))
     if source != "gift_card" and (not payments or pm_id != payments[0][3]):
         raise ToolError("Payment method should be the original payment method", Category.BUSINESS_RULE)
-    items = await _all(conn, ORDER_ITEM_IDS, (order_id,))
-    _count_check(item_ids, [i[0] for i in items], lambda _item_id: "Some item not found")
-    await conn.execute(SET_STATUS_RETURN, (sorted(item_ids), pm_id, order_id))
+    items = await q.fetch_all(conn, q.ORDER_ITEM_IDS, (order_id,))
+    q.count_check(item_ids, [i[0] for i in items], lambda _item_id: "Some item not found")
+    await conn.execute(q.SET_STATUS_RETURN, (sorted(item_ids), pm_id, order_id))
     return await fetch_order(conn, order_id)
 
 

@@ -102,13 +102,13 @@ def _create_agent(ctx: AgentContext):
 
 def kit_agent(preset_name: str = "full") -> AgentSpec:
     """The kit's own agent (:func:`agentlab.core.graph.build_graph` on a
-    :class:`agentlab.core.tools_node.TransactionalToolsNode`) under ``preset_name``. Raises ValueError
+    :class:`agentlab.core.batch.TransactionalToolsNode`) under ``preset_name``. Raises ValueError
     naming the presets."""
     sg = preset(preset_name)
 
     def build(ctx: AgentContext):
+        from agentlab.core.batch import TransactionalToolsNode
         from agentlab.core.graph import RETRY_ATTEMPTS, build_graph
-        from agentlab.core.tools_node import TransactionalToolsNode
 
         node = TransactionalToolsNode(ctx.pool, ctx.safeguards or sg, toolset=ctx.domain.toolset, provider=ctx.provider,
                                       events=ctx.events, max_attempts=RETRY_ATTEMPTS, error_hints=ctx.domain.error_hints)

@@ -15,7 +15,9 @@ In a notebook::
 :func:`check` opens a fresh database for each :class:`Case` (``Harness.open(purpose="exercise")``),
 runs the case's ``setup(h)``, calls ``fn(h, *args, **kwargs)`` and compares what it returns with the
 case's expected values, key by key, printing one line per value (``passed: refund_rows = 1`` or
-``FAILED: refund_rows = 2, expected 1; hint: ...``). A function that still raises
+``FAILED: refund_rows = 2 (int), expected 1 (int); hint: ...``). Values compare by type and content
+(:func:`agentlab.lab.exercises.values.same`), never by the learner's object's own ``__eq__``: ``True``
+is not a count of 1, and an object equal to everything equals nothing. A function that still raises
 ``NotImplementedError`` prints one line, ``not written yet: fill in `duplicate_refund` above``. A case
 that takes longer than ``timeout_s`` (seconds; 60 unless the call says otherwise) is stopped and
 prints one ``FAILED: ... took longer than 60 s ...`` line; the next case still runs.
@@ -36,6 +38,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentlab.lab.exercises.values import described, same, shown
 from agentlab.runtime.harness import Harness
 
 __all__ = ["DEFAULT_TIMEOUT_S", "Case", "Exercise", "Verdict", "check", "exercises", "get_exercise", "reference",
@@ -43,6 +46,7 @@ __all__ = ["DEFAULT_TIMEOUT_S", "Case", "Exercise", "Verdict", "check", "exercis
 
 _ID = re.compile(r"^(\d{1,2})\.(\d+)$")
 DEFAULT_TIMEOUT_S = 60.0  # seconds one case of a check may take (check's timeout_s)
+BAR_DELAY_S = 2.0  # a check shows its bar over the cases once it has run this long (seconds)
 _TIMEOUT_HINT = ("it waits for something that never comes (a lock another transaction holds, an await that never "
                  "returns, a loop with no end); its transaction was rolled back and its connection given back. "
                  "`timeout_s=None` lifts the limit")
@@ -53,7 +57,7 @@ _MISSING = type("Missing", (), {"__repr__": lambda self: "missing"})()  # a key 
 @dataclass(frozen=True)
 class Verdict:
     """One value of a check: its ``name``, the ``value`` the function gave, whether it ``passed``, what
-    was ``expected`` (shown with ``repr`` when it failed, or ``expected_text`` as written when that is
+    was ``expected`` (shown with its ``repr`` and type when it failed, or ``expected_text`` as written when that is
     given, for a rule rather than a value) and a ``hint`` (None: the exercise's hint for ``name``)."""
 
     name: str
@@ -162,37 +166,22 @@ def reference(exercise: Exercise | str) -> Callable:
     return getattr(importlib.import_module(module), attr)
 
 
-def _plain(value: Any) -> Any:
-    """A value as a learner would write it: numpy scalars as Python numbers, containers element-wise."""
-    if hasattr(value, "item") and callable(value.item) and getattr(value, "shape", None) == ():
-        return value.item()
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_plain(v) for v in value)
-    return value
-
-
-def _equal(got: Any, want: Any) -> bool:
-    """``got == want`` as one bool; a value with no such comparison (a DataFrame, an array) is not equal."""
-    try:
-        return bool(got == want)
-    except (TypeError, ValueError):
-        return False
-
-
 def _compare(expected: Any, got: Any) -> list[Verdict]:
-    got = _plain(got)
+    """The verdicts on ``got``: whole, or key by key when ``expected`` is a dict (keys ``got`` has beyond
+    those are not checked). Values compare by :func:`same`, never by ``got``'s own ``__eq__``; a dict
+    of the learner's is read through ``dict``'s own methods (a subclass's overrides are not called)."""
     if not isinstance(expected, Mapping):
-        return [Verdict("result", got, _equal(got, expected), expected)]
-    if not isinstance(got, Mapping):
+        return [Verdict("result", got, same(got, expected), expected)]
+    if not issubclass(type(got), dict):
         return [Verdict("result", got, False, expected_text=f"a dict with the keys {', '.join(expected)}")]
+    pairs = list(dict.items(got))
     out = []
     for key, want in expected.items():
-        if key not in got:
+        found = [value for k, value in pairs if same(k, key)]
+        if not found:
             out.append(Verdict(key, _MISSING, False, want))
         else:
-            out.append(Verdict(key, got[key], _equal(got[key], want), want))
+            out.append(Verdict(key, found[0], same(found[0], want), want))
     return out
 
 
@@ -200,29 +189,23 @@ async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-def _shown(value: Any) -> str:
-    """``repr(value)`` on one line; a DataFrame, Series or array by its type and shape (a plain value is due)."""
-    shape = getattr(value, "shape", None)
-    if shape not in (None, ()):
-        return f"<a {type(value).__name__} of shape {shape}>"
-    return repr(value).replace("\n", " ")
-
-
 def _print(verdict: Verdict, exercise: Exercise, indent: str) -> None:
     if verdict.passed:
-        print(f"{indent}passed: {verdict.name} = {_shown(verdict.value)}")
+        print(f"{indent}passed: {verdict.name} = {shown(verdict.value)}")
     else:
         hint = verdict.hint or exercise.hint(verdict.name)
-        shown = "missing" if verdict.value is _MISSING else f"= {_shown(verdict.value)}"
-        expected = verdict.expected_text if verdict.expected_text is not None else repr(verdict.expected)
-        print(f"{indent}FAILED: {verdict.name} {shown}, expected {expected}; hint: {hint}")
+        if verdict.value is _MISSING:
+            hint = f"the dict returned has no key {verdict.name!r} (spelling counts); {hint}"
+        given = "missing" if verdict.value is _MISSING else f"= {described(verdict.value)}"
+        expected = verdict.expected_text if verdict.expected_text is not None else described(verdict.expected)
+        print(f"{indent}FAILED: {verdict.name} {given}, expected {expected}; hint: {hint}")
 
 
 class _LearnerError(Exception):
     """The learner's function (or what ``read`` made of its result) raised ``error``."""
 
     def __init__(self, error: Exception):
-        super().__init__(f"{type(error).__name__}: {error}")
+        super().__init__(" ".join(f"{type(error).__name__}: {error}".split("\n")))  # one FAILED line, always
 
 
 class _CaseTimeout(Exception):
@@ -263,7 +246,18 @@ def _timed_out(call: str, timeout_s: float) -> str:
     return f"FAILED: {call} took longer than {timeout_s:g} s and was stopped; hint: {_TIMEOUT_HINT}"
 
 
-async def check(exercise_id: str, fn: Callable, *, timeout_s: float | None = DEFAULT_TIMEOUT_S, **given: Any) -> bool:
+def _case_bar(exercise: Exercise, progress: bool | None):
+    """A tqdm bar over ``exercise``'s cases (one step per case, on a fresh database each) that shows itself
+    only once a case has taken :data:`BAR_DELAY_S` (a stub that raises at once, or a quick check, shows none);
+    only when ``progress`` is True (a stored notebook output must not change with the machine's speed)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=len(exercise.cases), desc=f"check {exercise.id}", unit="case", leave=False,
+                delay=BAR_DELAY_S, disable=progress is not True or len(exercise.cases) < 2)
+
+
+async def check(exercise_id: str, fn: Callable, *, timeout_s: float | None = DEFAULT_TIMEOUT_S,
+                progress: bool | None = None, **given: Any) -> bool:
     """Check ``fn``, the learner's answer to exercise ``exercise_id``, and print a line per value.
 
     ``timeout_s``: seconds each case may take (default :data:`DEFAULT_TIMEOUT_S`, 60 s; for an exercise
@@ -272,6 +266,10 @@ async def check(exercise_id: str, fn: Callable, *, timeout_s: float | None = DEF
     connections given back before its database is dropped) and prints ``FAILED: <call> took longer than
     60 s and was stopped; hint: ...``; the next case still runs. A function that blocks the event loop itself (``time.sleep``, a synchronous driver
     call) cannot be stopped this way: the limit applies once it gives control back.
+
+    ``progress``: a bar over the cases (one fresh database each; 9.1's five cases run 70 episodes), shown
+    once a case has taken :data:`BAR_DELAY_S` seconds, with ``progress=True`` (off by default: a check's
+    output in a stored notebook stays the same however fast the machine).
 
     ``given``: what the notebook made that an exercise's ``verify`` needs besides ``fn`` (notebook 16's
     domain: ``await check("16.1", no_payout_without_its_intent, domain=PAYOUTS)``); passed to ``verify``.
@@ -304,23 +302,26 @@ async def check(exercise_id: str, fn: Callable, *, timeout_s: float | None = DEF
             raise TypeError(f"exercise {exercise.id} takes no arguments besides the function (got {', '.join(given)})")
         ok = True
         many = len(exercise.cases) > 1
-        for case in exercise.cases:
-            call = case.call_text(exercise.function)
-            try:
-                verdicts = await _run_case(case, fn, timeout_s)
-            except _LearnerError as exc:
-                print(f"FAILED: {call} raised {exc}; hint: {exercise.hint('*')}")
-                ok = False
-                continue
-            except _CaseTimeout:
-                print(_timed_out(call, timeout_s))
-                ok = False
-                continue
-            if many:
-                print(f"{call}:")
-            for verdict in verdicts:
-                _print(verdict, exercise, "  " if many else "")
-            ok &= all(v.passed for v in verdicts)
+        with _case_bar(exercise, progress) as bar:
+            for case in exercise.cases:
+                call = case.call_text(exercise.function)
+                try:
+                    verdicts = await _run_case(case, fn, timeout_s)
+                except _LearnerError as exc:
+                    print(f"FAILED: {call} raised {exc}; hint: {exercise.hint('*')}")
+                    ok = False
+                    continue
+                except _CaseTimeout:
+                    print(_timed_out(call, timeout_s))
+                    ok = False
+                    continue
+                finally:
+                    bar.update(1)
+                if many:
+                    print(f"{call}:")
+                for verdict in verdicts:
+                    _print(verdict, exercise, "  " if many else "")
+                ok &= all(v.passed for v in verdicts)
         return ok
     except NotImplementedError:
         print(_NOT_WRITTEN.format(function=exercise.function))

@@ -2,12 +2,13 @@
 
 from agentlab.domains.billing.errors import find_leaks
 from agentlab.lab.exercises import Case, Exercise, Verdict
+from agentlab.lab.exercises.values import same
 
 REFUSED = "FAILED [invalid_arguments]: "
 # (what the case is, the argument dict, the test of the outcome, what is expected, the hint)
 TRANSFERS = (
     ("a valid transfer", {"from_customer_id": 1, "to_customer_id": 2, "amount_cents": 500},
-     lambda o: o == "accepted", "'accepted'",
+     lambda o: same(o, "accepted"), "'accepted'",
      "a valid dict must validate: check the field names and types (CustomerId, Cents)"),
     ("the same customer twice", {"from_customer_id": 1, "to_customer_id": 1, "amount_cents": 500},
      lambda o: o.startswith(REFUSED) and "to_customer_id" in o, "a refusal ('FAILED [invalid_arguments]: ...') naming to_customer_id",
@@ -28,8 +29,16 @@ TRANSFERS = (
 
 def verify_transfers(fn) -> list[Verdict]:
     """Exercise 3.2: ``fn`` (``transfer_outcomes``) on the five argument dicts of :data:`TRANSFERS`."""
-    outcomes = list(fn([dict(args) for _, args, *_ in TRANSFERS]))
-    if len(outcomes) != len(TRANSFERS) or not all(isinstance(o, str) for o in outcomes):
+    try:
+        outcomes = list(fn([dict(args) for _, args, *_ in TRANSFERS]))
+    except NotImplementedError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the learner's function failed: say so, as check does for a case
+        return [Verdict("transfer_outcomes(cases)", f"raised {type(exc).__name__}: {exc}".splitlines()[0], False,
+                        expected_text="one string per argument dict",
+                        hint="a refusal is returned, never raised: catch the ValidationError and append "
+                             "translate(exc, allowed_args=tuple(TransferCredit.model_fields)).message")]
+    if len(outcomes) != len(TRANSFERS) or not all(type(o) is str for o in outcomes):  # a str subclass could lie
         return [Verdict("outcomes", outcomes, False, expected_text=f"{len(TRANSFERS)} strings, one per argument dict")]
     verdicts = [Verdict(name, got, test(got), hint=hint, expected_text=want)
                 for (name, _, test, want, hint), got in zip(TRANSFERS, outcomes)]

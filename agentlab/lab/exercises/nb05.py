@@ -33,7 +33,8 @@ EXERCISES = (
             "outcomes": "[r.outcome.value for r in batch.results], in the order of the calls",
             "invoices": "count the customer's invoices with billing_period '2026-04-01'",
             "credit_memos": "(await customer_rows(h, [customer])).iloc[0]['credit_memos']",
-            "*": "one batch of three calls under preset('full').replace(policy=policy), for a new customer with 0 cents",
+            "*": "one batch of three calls under preset('full').replace(policy=policy) (a preset cannot be changed "
+                 "in place: .replace returns a new one), for a new customer with 0 cents",
         },
     ),
 )

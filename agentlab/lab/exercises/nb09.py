@@ -25,16 +25,21 @@ NEMESIS_HINTS = {
               "help with a crash before the COMMIT",
     "full": "under full the refund is an outbox row, rolled back with the batch: paid once",
     "crashed": "append an async hook to run.node.hooks.after_call; at index 2 raise run.crash('...') (raise "
-               "what it returns), once only: skip when run.notes.get('crashes')",
+               "what it returns: a crash called but not raised changes nothing), once only: skip when "
+               "run.notes.get('crashes')",
+    "resumed": "the once-only guard is missing: a nemesis is in the code, so the restarted process runs your hook "
+               "too and dies at the same call again; skip when run.notes.get('crashes') (the first crash noted it)",
 }
 
 
 @dataclass(frozen=True)
 class _LearnersFault(Fault):
-    """A fault whose ``arm`` is the learner's function."""
+    """A fault whose ``arm`` is the learner's function; like a bug in the code, the restarted process has it
+    too (``rearms``), so a nemesis without its once-only guard crashes the resumed run as well."""
 
     arm_fn: object = None
     resumes = True
+    rearms = True
 
     async def arm(self, run) -> None:
         await self.arm_fn(run)
@@ -45,7 +50,7 @@ async def _verify_nemesis(fn) -> list[Verdict]:
                            "before its COMMIT", "outbox", arm_fn=fn)
     verdicts = []
     async with await Harness.open(purpose="exercise") as h, Lab(h) as lab:
-        crashed = {}
+        crashed, ended = {}, {}
         for name in NEMESIS_PRESETS:
             try:
                 run = await lab.run(fault, name, scenario="refund", seed=0)
@@ -55,11 +60,15 @@ async def _verify_nemesis(fn) -> list[Verdict]:
                 return [Verdict(f"crash_before_commit(run) under {name}", f"raised {type(exc).__name__}: {exc}",
                                 False, expected_text="no error", hint=NEMESIS_HINTS["crashed"])]
             crashed[name] = run.crashed
+            ended[name] = run.episode.error and run.episode.error.split(" (thread ")[0]  # no id: the same each run
             kinds = sorted({v.kind for v in run.violations})
             verdicts.append(Verdict(f"violations under {name}", kinds, kinds == NEMESIS_KINDS[name],
                                     NEMESIS_KINDS[name], NEMESIS_HINTS[name]))
     verdicts.insert(0, Verdict("crashed and resumed", crashed, all(crashed.values()),
                                {n: True for n in NEMESIS_PRESETS}, NEMESIS_HINTS["crashed"]))
+    errors = {n: e for n, e in ended.items() if e is not None}
+    verdicts.insert(1, Verdict("the resumed run's error", errors, not errors, expected_text="none under any preset",
+                               hint=NEMESIS_HINTS["resumed"]))
     return verdicts
 
 

@@ -18,7 +18,9 @@ EXERCISES = (
             "calls_in_request": "interrupts_of(state)[0]['calls']: each call's 'amount_cents'",
             "refunds": "resume with resume_command('approve') when there is a request, then count the "
                        "customer's refunds rows",
-            "*": "play APPROVAL under preset('full') with h.graph(..., approval=ApprovalPolicy(threshold_cents=t))",
+            "*": "play APPROVAL under preset('full') with h.graph(..., approval=ApprovalPolicy(threshold_cents=t)); "
+                 "resume with graph.ainvoke(resume_command('approve'), config), a Command(resume=...), never the "
+                 "plain word: the graph takes a plain value as new input",
         },
     ),
     Exercise(

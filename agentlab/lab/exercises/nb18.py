@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from agentlab.lab.exercises import Case, Exercise, Verdict
+from agentlab.lab.exercises.values import same
 
 HOLD = ["serializable", "read committed + row locks", "serializable + row locks"]
 
@@ -15,7 +16,7 @@ async def _verify_settings(fn) -> list[Verdict]:
     async with await Harness.open(purpose="exercise") as h:
         matrix = await isolation_matrix(h, seed=0)
     got = list(fn(matrix))
-    return [Verdict("settings that hold", got, got == HOLD, HOLD)]
+    return [Verdict("settings that hold", got, same(got, HOLD), HOLD)]
 
 
 def _no_row_locks():
