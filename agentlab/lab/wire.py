@@ -15,7 +15,7 @@ Sources: psycopg "Connection pools" (``connection_class``, ``configure``); async
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import psycopg
@@ -45,7 +45,13 @@ class Wire:
         self._ran: asyncio.Future | None = None
         self._answered: asyncio.Future | None = None
         self._running: set[asyncio.Future] = set()
+        self._open: set[asyncio.Future] = set()  # carries entered and not yet returned (answer not read)
         self._answered_at = float("-inf")
+        self.also_wait_for: Callable[[], Iterable[asyncio.Future]] = tuple  # see NetworkProvider
+
+    def in_flight(self) -> list[asyncio.Future]:
+        """Futures of the carries under way (sent, their answer not yet delivered): done when each returns."""
+        return [f for f in self._open if not f.done()]
 
     async def carry(self, send: Callable[[], Any]):
         """Run ``send()`` (a psycopg ``execute``, or a provider's call) in order; deliver its answer in order."""
@@ -54,6 +60,7 @@ class Wire:
         self._ran = ran = loop.create_future()
         self._answered = answered = loop.create_future()
         self._running.add(ran)
+        self._open.add(answered)
         try:
             if ran_before is not None and not ran_before.done():
                 await _wait_unstalled([ran_before], self.order_wait_s)
@@ -63,9 +70,13 @@ class Wire:
                 _finish(ran)
                 self._running.discard(ran)
                 await asyncio.sleep(self.latency_s)
-                waits = [f for f in (*self._running, answered_before) if f is not None and not f.done()]
-                if waits:
-                    await _wait_unstalled(waits, self.order_wait_s)
+                left_s = self.order_wait_s
+                while left_s > 0:  # again while what it waited on set off more (a request on its way)
+                    waits = [f for f in (*self._running, answered_before, *self.also_wait_for())
+                             if f is not None and f is not answered and not f.done()]
+                    if not waits:
+                        break
+                    left_s = await _wait_unstalled(waits, left_s)
                 gap = self._answered_at + self.latency_s - loop.time()
                 if gap > 0:  # answers at least latency_s apart: what one answer sets off settles first
                     await asyncio.sleep(gap)
@@ -73,13 +84,15 @@ class Wire:
         finally:
             _finish(ran)
             self._running.discard(ran)
+            self._open.discard(answered)
             _finish(answered)
 
 
-async def _wait_unstalled(futures: list[asyncio.Future], timeout_s: float, slice_s: float = 0.02) -> None:
+async def _wait_unstalled(futures: list[asyncio.Future], timeout_s: float, slice_s: float = 0.02) -> float:
     """Wait for ``futures`` up to ``timeout_s`` seconds of the event loop's own time: waited in slices of
     ``slice_s``, a slice that overran (the loop was not scheduled: a loaded machine) counts as ``slice_s``.
-    A statement blocked on a lock lets the others go after ``timeout_s``; a busy machine does not."""
+    A statement blocked on a lock lets the others go after ``timeout_s``; a busy machine does not.
+    Returns the seconds of ``timeout_s`` left (0 when it ran out)."""
     loop = asyncio.get_running_loop()
     left = timeout_s
     pending = [f for f in futures if not f.done()]
@@ -89,6 +102,7 @@ async def _wait_unstalled(futures: list[asyncio.Future], timeout_s: float, slice
         _, still = await asyncio.wait(pending, timeout=step)
         pending = list(still)
         left -= min(loop.time() - t0, step)
+    return max(left, 0.0)
 
 
 def _finish(future: asyncio.Future) -> None:
@@ -113,19 +127,40 @@ class NetworkProvider:
     performs it (a real provider answers in tens to hundreds of milliseconds), then goes through a
     :class:`Wire` of its own (performed in the order sent, answered in that order). It fixes the order of
     what races a payment in flight (a sibling call's error cancelling it), so the same seed gives the
-    same table."""
+    same table.
+
+    An answer is held back (``order_wait_s`` of loop time at most) while another request is on its way
+    to the provider or, once ``process_wire`` names the agent process's :class:`Wire`, while a statement
+    of that process is in flight: a sibling call still reading its invoice when the first call's provider
+    error arrives goes on to make its own request first, whatever the machine's load (the first answer
+    read sets off the cancellations; everything the batch sent is done by then)."""
 
     def __init__(self, provider, latency_s: float = PROVIDER_LATENCY_S):
         self._provider, self.latency_s = provider, latency_s
         self.wire = Wire()
+        self.wire.also_wait_for = self._elsewhere
+        self.process_wire: Wire | None = None
+        self._travelling: set[asyncio.Future] = set()
 
     def __getattr__(self, name):
         return getattr(self._provider, name)
 
+    def _elsewhere(self) -> list[asyncio.Future]:
+        statements = self.process_wire.in_flight() if self.process_wire is not None else []
+        return [*statements, *(f for f in self._travelling if not f.done())]
+
+    async def _send(self, call: Callable[[], Any]) -> dict:
+        on_its_way = asyncio.get_running_loop().create_future()
+        self._travelling.add(on_its_way)
+        try:
+            await asyncio.sleep(self.latency_s)
+        finally:
+            self._travelling.discard(on_its_way)
+            _finish(on_its_way)
+        return await self.wire.carry(call)
+
     async def create_charge(self, *args, **kwargs) -> dict:
-        await asyncio.sleep(self.latency_s)
-        return await self.wire.carry(lambda: self._provider.create_charge(*args, **kwargs))
+        return await self._send(lambda: self._provider.create_charge(*args, **kwargs))
 
     async def create_refund(self, *args, **kwargs) -> dict:
-        await asyncio.sleep(self.latency_s)
-        return await self.wire.carry(lambda: self._provider.create_refund(*args, **kwargs))
+        return await self._send(lambda: self._provider.create_refund(*args, **kwargs))

@@ -274,6 +274,7 @@ class Yardstick:
         try:
             process = await self._process(processes)
             out.saver = process.saver
+            out.network_provider.process_wire = process.wire
             if "node_hooks" not in yf.needs:
                 await yf.fault.arm(out)  # before the build: a fault may change the provider the agent gets
             graph = self._build(spec, process, script, seed, out)
@@ -291,6 +292,7 @@ class Yardstick:
                 await yf.fault.before_restart(out)
                 process = await self._process(processes)
                 out.saver = process.saver
+                out.network_provider.process_wire = process.wire
                 out.agent_provider = None
                 graph = self._build(spec, process, script, seed, out)
                 try:
