@@ -35,7 +35,6 @@ from agentlab.core.batch import BatchResult, CallResult, Outcome, TransactionalT
 from agentlab.core.graph import build_graph, run_config
 from agentlab.core.safeguards import preset
 from agentlab.core.tracing import traced
-from agentlab.domains.billing.scenarios import get_scenario
 from agentlab.lab.process import ModelRouter
 from agentlab.sim.model import ScriptedChatModel
 
@@ -104,7 +103,7 @@ class EpisodeBench:
         from langgraph.checkpoint.memory import InMemorySaver
 
         self.h = h
-        self.scenario = get_scenario("refund").clean()
+        self.scenario = h.scenario("refund").clean()  # the harness's domain: billing for the bench
         self.models: dict[str, ScriptedChatModel] = {}
         self.memory = InMemorySaver()
         sg = preset("full")

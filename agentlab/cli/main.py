@@ -18,26 +18,25 @@ DESCRIPTION = "Command line: python -m agentlab demo | chaos | bench | db ..."
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from agentlab.core.errors import DomainError
-    from agentlab.demos.catalog import WORKFLOW_DEMOS
+    from agentlab.demos.catalog import STORY_DOMAIN, WORKFLOW_DEMOS, story_names
     from agentlab.demos.demo import render, run_demo, to_json
-    from agentlab.domains.billing.scenarios import SCENARIOS
     from agentlab.runtime.domains import resolve_domain
 
     try:
         domain = resolve_domain(args.domain)
-        if domain.name != "billing" and args.model is not None:
-            print(f"agentlab demo: --model runs billing's stories; {domain.name!r} plays its scripted model "
+        if domain is not resolve_domain(STORY_DOMAIN) and args.model is not None:
+            print(f"agentlab demo: --model runs {STORY_DOMAIN}'s stories; {domain.name!r} plays its scripted model "
                   "(drop --model)", file=sys.stderr)
             return 2
-        if domain.name != "billing":
+        if domain is not resolve_domain(STORY_DOMAIN):
             return _domain_demo(args, domain)
     except DomainError as exc:  # a domain that cannot be found or lacks what a demo needs: one line
         print(f"agentlab demo: {exc}", file=sys.stderr)
         return 2
     args.scenario = args.scenario or "refund"
-    if args.scenario not in (*SCENARIOS, *WORKFLOW_DEMOS):
-        print(f"agentlab demo: billing has no scenario {args.scenario!r} (choose one of: "
-              f"{', '.join(sorted([*SCENARIOS, *WORKFLOW_DEMOS]))})", file=sys.stderr)
+    if args.scenario not in story_names():
+        print(f"agentlab demo: {STORY_DOMAIN} has no scenario {args.scenario!r} (choose one of: "
+              f"{', '.join(story_names())})", file=sys.stderr)
         return 2
     if args.scenario in WORKFLOW_DEMOS and args.preset not in (None, "full"):
         print(f"agentlab: the {args.scenario} demo always runs under full (it shows what comes after one "
@@ -160,8 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line's parser. Imports only light modules (names of presets, scenarios, faults),
     never LangGraph: ``--help`` answers at once."""
     from agentlab.core.safeguards import PRESETS
-    from agentlab.demos.catalog import WORKFLOW_DEMOS
-    from agentlab.domains.billing.scenarios import SCENARIOS
+    from agentlab.demos.catalog import story_names
 
     parser = argparse.ArgumentParser(prog="python -m agentlab", description=DESCRIPTION)
     parser.add_argument("-v", "--verbose", action="store_true", help="log events to stderr")
@@ -172,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="billing (default), retail, or package.module:NAME for your own; another domain plays "
                       "one of its own scenarios (default its first) and checks its invariants")
     demo.add_argument("--scenario", default=None, metavar="SCENARIO",
-                      help=f"billing: {', '.join(sorted([*SCENARIOS, *WORKFLOW_DEMOS]))} (default refund); "
+                      help=f"billing: {', '.join(story_names())} (default refund); "
                       "another domain: one of its scenarios")
     demo.add_argument("--preset", default=None, choices=list(PRESETS),
                       help="safeguards preset (default full; the saga and approval demos run under full only)")

@@ -151,12 +151,11 @@ async def episode_with_a_retry(h, scenario: str = "refund", *, thread_id: str | 
 
     from agentlab.core.graph import build_graph, run_config
     from agentlab.core.safeguards import preset
-    from agentlab.domains.billing.scenarios import get_scenario
     from agentlab.lab.row_lock import RowLock
     from agentlab.runtime.harness import Episode
     from agentlab.sim.model import ScriptedChatModel
 
-    sc, sg = get_scenario(scenario), preset("full")
+    sc, sg = h.scenario(scenario), preset("full")
     ids = await h.create_customers(sc, sg)
     node = h.node(sg)
     lock = await RowLock.acquire(h.url, ids[0])

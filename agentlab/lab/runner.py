@@ -47,7 +47,6 @@ from agentlab.core.errors import SimulatedCrash, is_infrastructure
 from agentlab.core.graph import run_config
 from agentlab.core.outbox import DrainStats, OutboxWorker
 from agentlab.core.safeguards import Safeguards, preset
-from agentlab.domains.billing.scenarios import Scenario
 from agentlab.lab.invariants import Violation, check_episode
 from agentlab.lab.process import AgentProcess, CrashableSaver, PoolPair
 from agentlab.runtime.harness import Episode, Harness
@@ -99,7 +98,7 @@ class EpisodeRun(RunAccess):
     process: AgentProcess
     fault: Any
     safeguards: Safeguards
-    scenario: Scenario
+    scenario: Any  # the harness's domain's scenario, prepared by the fault
     seed: int
     thread_id: str
     customer_ids: list[int]
@@ -121,7 +120,7 @@ class FaultRun:
 
     fault: str
     preset: str
-    scenario: Scenario
+    scenario: Any  # the harness's domain's scenario, prepared by the fault
     safeguards: Safeguards
     episode: Episode
     crashed: bool
@@ -203,7 +202,7 @@ class Lab:
                     await fault.install(self.harness.pool)
                     self._installed.add(fault.name)
 
-    async def run(self, fault, safeguards: Safeguards | str = "full", *, scenario: Scenario | str | None = None,
+    async def run(self, fault, safeguards: Safeguards | str = "full", *, scenario: Any = None,
                   seed: int = 0, durability: str | None = None, check: bool = True, model=None) -> FaultRun:
         """Run one episode of ``scenario`` (default: one the fault fits, chosen by ``seed``) under
         ``safeguards`` with ``fault`` injected; drain its outbox; check the invariants.
