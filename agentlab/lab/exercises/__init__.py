@@ -310,13 +310,14 @@ async def check(exercise_id: str, fn: Callable, *, timeout_s: float | None = DEF
                 except _LearnerError as exc:
                     print(f"FAILED: {call} raised {exc}; hint: {exercise.hint('*')}")
                     ok = False
+                    bar.update(1)
                     continue
                 except _CaseTimeout:
                     print(_timed_out(call, timeout_s))
                     ok = False
-                    continue
-                finally:
                     bar.update(1)
+                    continue
+                bar.update(1)  # not for a stub (NotImplementedError): it ends the check with no bar drawn
                 if many:
                     print(f"{call}:")
                 for verdict in verdicts:
