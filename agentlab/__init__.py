@@ -88,8 +88,13 @@ _EXPORTS = {
         "retail_domain",
     ),
     "durable.approval": (
-        "APPROVAL", "ApprovalPolicy", "approval_decisions", "approval_requests", "edit_call", "interrupts_of",
-        "pending_requests", "reject_call", "resume_command", "resume_days_later",
+        "APPROVAL", "ApprovalPolicy", "resume_days_later",
+    ),
+    "durable.approval_answers": (
+        "edit_call", "reject_call",
+    ),
+    "durable.approval_review": (
+        "approval_decisions", "approval_requests", "interrupts_of", "pending_requests", "resume_command",
     ),
     "durable.history": (
         "NoCheckpoint", "fork", "replay", "replay_and_fork_experiment", "resume_thread", "run_from", "thread_counts",

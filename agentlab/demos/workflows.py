@@ -36,7 +36,9 @@ from agentlab.demos.payout_saga import (
 from agentlab.demos.report import kept_lines, render_episode
 from agentlab.demos.report import report as episode_report
 from agentlab.domains.billing.scenarios import CustomerSpec, create_customers
-from agentlab.durable.approval import APPROVAL, APPROVE, REJECT, ApprovalPolicy, interrupts_of, resume_command
+from agentlab.durable.approval import APPROVAL, ApprovalPolicy
+from agentlab.durable.approval_answers import APPROVE, REJECT
+from agentlab.durable.approval_review import interrupts_of, resume_command
 from agentlab.durable.saga import Backoff
 from agentlab.runtime.harness import Episode, Harness
 from agentlab.sim.model import ScriptedChatModel

@@ -50,6 +50,12 @@ approved in one batch share it.)
 A call holding text the database cannot store (a NUL byte) never becomes a request: it is answered
 ``FAILED [invalid_arguments]`` (case C21, :mod:`agentlab.core.storable`).
 
+Here: the policy and its ``approve`` node (:class:`ApprovalPolicy`), and the approval story for a notebook
+(:data:`APPROVAL`, :func:`resume_days_later`). Reading a resume value as one decision per call (step 3,
+edits validated) is :mod:`agentlab.durable.approval_answers`; the reviewer's side outside the graph (the
+requests a run waits on, :func:`resume_command`, the stored requests and decisions as DataFrames) is
+:mod:`agentlab.durable.approval_review`. Their names stay importable from here.
+
 Sources: LangGraph docs "Interrupts" (re-execution on resume, "side effects before interrupt must be
 idempotent", resuming with ``Command(resume=...)``); Stripe "Idempotent requests" (24 h key retention).
 """
@@ -65,18 +71,36 @@ from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphInterrupt
 from langgraph.runtime import Runtime
-from langgraph.types import Command, interrupt
-from pydantic import ValidationError
+from langgraph.types import interrupt
 
 from agentlab.core.errors import Category
 from agentlab.core.messages import FAILED_TEMPLATE, REJECTED_BY_REVIEWER, REVIEWER_SAID, args_hash
 from agentlab.core.storable import UNSTORABLE_REASON, storable_text, unstorable_path
 from agentlab.domains.billing.scenarios import C, CustomerSpec, Intended, PlannedCall, Scenario
+from agentlab.durable.approval_answers import (  # noqa: F401 (moved there; importable from here as before)
+    APPROVE,
+    EDIT,
+    MAX_REASON_CHARS,
+    REJECT,
+    Answer,
+    Decision,
+    decisions_from,
+    edit_call,
+    edit_errors,
+    edited_message,
+    read_answer,
+    reject_call,
+)
+from agentlab.durable.approval_review import (  # noqa: F401 (moved there; importable from here as before)
+    LIST_DECISIONS,
+    LIST_REQUESTS,
+    approval_decisions,
+    approval_requests,
+    interrupts_of,
+    pending_requests,
+    resume_command,
+)
 
-APPROVE = "approve"
-EDIT = "edit"
-REJECT = "reject"
-MAX_REASON_CHARS = 500  # a reviewer's reason, as the model reads it
 DEFAULT_THRESHOLD_CENTS = 10_000  # refunds above 100.00 need a person
 APPROVAL_NODE = "approve"
 REJECTED_MESSAGE = FAILED_TEMPLATE.format(category=Category.REJECTED.value, reason=REJECTED_BY_REVIEWER)
@@ -90,23 +114,12 @@ UPDATE approval_requests SET status = 'decided', decisions = %(decisions)s, deci
                              decided_by = %(reviewer)s, decided_at = now()
 WHERE request_key = %(key)s AND status = 'pending'
 """
-LIST_DECISIONS = """
-SELECT r.request_key, d.key AS tool_call_id, d.value->>'decision' AS decision, d.value->>'args_sha256' AS args_sha256,
-       d.value->'args' AS args, d.value->>'message' AS message, r.decided_by, r.decided_at
-FROM approval_requests r CROSS JOIN LATERAL jsonb_each(r.decision_details) d
-WHERE r.status = 'decided' AND (%(thread)s::text IS NULL OR r.thread_id = %(thread)s)
-ORDER BY r.decided_at, r.request_key, d.key
-"""
 SHOWN_AT = """
 SELECT shown_at FROM approval_requests
 WHERE thread_id = %s AND node = %s AND calls = %s::jsonb AND status = 'pending' AND shown_at IS NOT NULL
 ORDER BY requested_at DESC LIMIT 1
 """
 MARK_SHOWN = "UPDATE approval_requests SET shown_at = %s WHERE request_key = %s AND shown_at IS NULL"
-LIST_REQUESTS = """
-SELECT request_key, thread_id, node, step, calls, status, decisions, requested_at, decided_at
-FROM approval_requests WHERE (%(thread)s::text IS NULL OR thread_id = %(thread)s) ORDER BY requested_at, request_key
-"""
 
 
 def request_key(thread_id: str, node: str, step: int | None, checkpoint_id: str | None = None) -> str:
@@ -126,134 +139,6 @@ def last_batch(messages: list[AnyMessage]) -> tuple[list[dict], set[str]]:
         return [], set()
     answered = {m.tool_call_id for m in messages[at + 1:] if isinstance(m, ToolMessage)}
     return list(messages[at].tool_calls), answered
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What a reviewer decided for one call.
-
-    ``decision`` is ``"approve"``, ``"edit"`` or ``"reject"``; ``args_sha256`` the :func:`args_hash` of the
-    call that runs (approve: as shown; edit: with the edited arguments) or of the call shown (reject);
-    ``args`` the edited arguments (edit only); ``message`` the reviewer's reason (reject, optional)."""
-
-    decision: str
-    args_sha256: str
-    args: dict | None = None
-    message: str | None = None
-
-    def record(self) -> dict:
-        """The JSON stored in ``approval_requests.decision_details`` for this call."""
-        out: dict[str, Any] = {"decision": self.decision, "args_sha256": self.args_sha256}
-        if self.args is not None:
-            out["args"] = self.args
-        if self.message is not None:
-            out["message"] = self.message
-        return out
-
-
-@dataclass(frozen=True)
-class Answer:
-    """A resume value read against the calls it answers: ``decisions`` by tool call id, ``errors`` (edits
-    that failed validation: ``{tool_call_id: reason}``; when any, nothing is decided) and ``reviewer``."""
-
-    decisions: dict[str, Decision]
-    errors: dict[str, str]
-    reviewer: str | None = None
-
-
-def _reason(value: Any) -> str | None:
-    if not isinstance(value, str) or not value.strip():
-        return None
-    return storable_text(value.strip())[:MAX_REASON_CHARS]
-
-
-def edit_errors(toolset, call: Mapping[str, Any], args: Any) -> str | None:
-    """Why ``args`` cannot replace ``call``'s arguments (for the reviewer), or None when they can: they
-    must be an object that the tool's strict argument model accepts and that the database can store."""
-    if not isinstance(args, Mapping):
-        return "the edited arguments must be an object of argument names and values"
-    if toolset is None:
-        return "edits need the tools node's toolset to validate them; approve or reject this call instead"
-    if (where := unstorable_path({"args": dict(args)})) is not None:
-        return f"{where.removeprefix('args.')}: {UNSTORABLE_REASON}"
-    try:
-        toolset.get_tool(call.get("name")).validate(args)
-    except ValidationError as exc:
-        return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors())
-    except Exception as exc:  # an unknown tool (UnknownTool) or a model that raised
-        return str(exc) or type(exc).__name__
-    return None
-
-
-def read_answer(answer: Any, calls: list[dict], *, request: Mapping[str, Any] | None = None,
-                toolset=None) -> Answer:
-    """Read a resume value as a :class:`Decision` per call of ``calls``.
-
-    ``answer`` is one word for every call, or a mapping by tool call id whose values are a word,
-    ``{"decision": "approve", "args_sha256": hash}``, ``{"decision": "edit", "args": {...},
-    "args_sha256": hash}`` (:func:`edit_call`) or ``{"decision": "reject", "message": reason}``
-    (:func:`reject_call`); either may be wrapped as ``{"decisions": ..., "request_key": key,
-    "reviewer": name}`` (both keys optional). Only an approve or a valid edit lets a call run; anything
-    else, a call the mapping does not name, an approve or edit whose hash is not the call's current
-    :func:`args_hash`, or a ``request_key`` that is not ``request``'s, is a rejection. An edit is checked with
-    :func:`edit_errors` against ``toolset`` (the tools node's); a failing one is reported in ``errors``.
-    """
-    reviewer = None
-    if isinstance(answer, Mapping) and "decisions" in answer:
-        reviewer = _reason(answer.get("reviewer"))
-        if "request_key" in answer and request is not None and answer["request_key"] != request.get("request_key"):
-            return Answer({c["id"]: Decision(REJECT, args_hash(c)) for c in calls}, {}, reviewer)
-        answer = answer["decisions"]
-    errors: dict[str, str] = {}
-
-    def one(value: Any, call: dict) -> Decision:
-        shown = args_hash(call)
-        if not isinstance(value, Mapping):
-            return Decision(APPROVE if value == APPROVE else REJECT, shown)
-        word = value.get("decision")
-        if word == REJECT or word not in (APPROVE, EDIT):
-            return Decision(REJECT, shown, message=_reason(value.get("message")))
-        if value.get("args_sha256") != shown:  # bound to another version of the call (case C22)
-            return Decision(REJECT, shown)
-        if word == APPROVE:
-            return Decision(APPROVE, shown)
-        if (error := edit_errors(toolset, call, value.get("args"))) is not None:
-            errors[call["id"]] = error
-            return Decision(REJECT, shown)
-        args = json.loads(json.dumps(dict(value["args"]), default=str))
-        return Decision(EDIT, args_hash({"name": call.get("name"), "args": args}), args=args)
-
-    values = (lambda c: answer.get(c["id"])) if isinstance(answer, Mapping) else (lambda c: answer)
-    return Answer({c["id"]: one(values(c), c) for c in calls}, errors, reviewer)
-
-
-def decisions_from(answer: Any, calls: list[dict], *, request: Mapping[str, Any] | None = None,
-                   toolset=None) -> dict[str, str]:
-    """Normalise a resume value to ``{tool_call_id: "approve" | "edit" | "reject"}`` for ``calls`` (see
-    :func:`read_answer`; an edit that fails validation counts as ``"reject"`` here)."""
-    return {i: d.decision for i, d in read_answer(answer, calls, request=request, toolset=toolset).decisions.items()}
-
-
-def edit_call(listed: Mapping[str, Any], args: Mapping[str, Any]) -> dict:
-    """The decision that edits one call: ``listed`` is the call as the request listed it (its
-    ``args_sha256`` binds the edit to what the reviewer saw), ``args`` the new arguments, in full."""
-    return {"decision": EDIT, "args": dict(args), "args_sha256": listed["args_sha256"]}
-
-
-def reject_call(message: str) -> dict:
-    """The decision that rejects one call with ``message``, the reviewer's reason (the model reads it in
-    the call's ToolMessage, cut to :data:`MAX_REASON_CHARS` characters)."""
-    return {"decision": REJECT, "message": message}
-
-
-def edited_message(message: AIMessage, decisions: Mapping[str, Decision]) -> AIMessage | None:
-    """A copy of ``message`` (same id) whose edited calls carry their edited arguments; None when no call
-    of it was edited."""
-    edits = {i: d.args for i, d in decisions.items() if d.decision == EDIT}
-    if not edits:
-        return None
-    calls = [{**c, "args": edits[c["id"]]} if c.get("id") in edits else c for c in message.tool_calls]
-    return message.model_copy(update={"tool_calls": calls})
 
 
 def _answers(answer: Any, request: Mapping[str, Any], index: int, shown_at: int | None, *, bound: bool) -> bool:
@@ -402,50 +287,6 @@ class ApprovalPolicy:
         """After ``approve``: ``tools`` while a call of the batch has no ToolMessage, else ``agent``."""
         calls, answered = last_batch(state["messages"])
         return "tools" if any(c["id"] not in answered for c in calls) else "agent"
-
-
-# --------------------------------------------------------------------------- helpers for a run
-
-
-def interrupts_of(result: Mapping[str, Any] | None) -> list[dict]:
-    """The approval requests a graph run stopped on (``result["__interrupt__"]`` values), or []."""
-    return [i.value for i in (result or {}).get("__interrupt__", ()) or ()]
-
-
-async def pending_requests(graph, config: dict) -> list[dict]:
-    """The approval requests a checkpointed thread is waiting on, read from its latest checkpoint."""
-    snapshot = await graph.aget_state(config)
-    return [i.value for task in snapshot.tasks for i in task.interrupts]
-
-
-def resume_command(decisions: Mapping[str, Any] | str, *, reviewer: str | None = None) -> Command:
-    """``Command(resume=decisions)``: a mapping ``{tool_call_id: "approve" | "reject" | decision}`` (a
-    decision: :func:`edit_call`, :func:`reject_call`) or one word for all. With ``reviewer`` (who decides,
-    recorded in ``approval_requests.decided_by``) the value is ``{"decisions": ..., "reviewer": reviewer}``."""
-    value = dict(decisions) if isinstance(decisions, Mapping) else decisions
-    return Command(resume=value if reviewer is None else {"decisions": value, "reviewer": reviewer})
-
-
-async def approval_requests(pool, thread_id: str | None = None):
-    """The stored approval requests (one row per batch) as a pandas DataFrame, oldest first."""
-    import pandas as pd
-
-    async with pool.connection() as conn:
-        rows = await (await conn.execute(LIST_REQUESTS, {"thread": thread_id})).fetchall()
-    return pd.DataFrame(rows, columns=["request_key", "thread_id", "node", "step", "calls", "status", "decisions",
-                                       "requested_at", "decided_at"])
-
-
-async def approval_decisions(pool, thread_id: str | None = None):
-    """The recorded decisions, one row per call, as a pandas DataFrame, oldest first: ``request_key``,
-    ``tool_call_id``, ``decision`` (approve / edit / reject), ``args_sha256`` (of the call that runs, or was
-    shown), ``args`` (edited ones), ``message`` (a rejection's reason), ``decided_by``, ``decided_at``."""
-    import pandas as pd
-
-    async with pool.connection() as conn:
-        rows = await (await conn.execute(LIST_DECISIONS, {"thread": thread_id})).fetchall()
-    return pd.DataFrame(rows, columns=["request_key", "tool_call_id", "decision", "args_sha256", "args", "message",
-                                       "decided_by", "decided_at"])
 
 
 # The approval story: two refunds above the threshold in one batch; the intended end state is the

@@ -32,7 +32,7 @@ early (:class:`SagaBusy`), but no correctness rests on it: a session can be term
 transaction-mode pooler it is shared. Each runner *claims* the run with a fresh owner token (a
 fencing token), and every transaction that commits a step, a compensation or a change of state
 first locks the run row and checks the token, the status and the direction; a runner that lost the
-run gets :class:`SagaFenced` and its transaction rolls back.
+run gets :class:`SagaFenced` and its transaction rolls back (both guards: :mod:`agentlab.durable.saga_fencing`).
 
 Behind a transaction-mode pooler (PgBouncer ``pool_mode = transaction``) pass ``behind_pooler=True``:
 the runner then takes no session advisory lock at all. There a session lock lands on whichever server
@@ -55,11 +55,11 @@ import contextlib
 import logging
 import uuid
 
-import psycopg
 from psycopg.types.json import Jsonb
 
 from agentlab.core.hooks import run_hooks
 from agentlab.durable import saga_sql as q  # the runner's statements and error texts
+from agentlab.durable.saga_fencing import fenced_transaction, session_lock
 from agentlab.durable.saga_model import (  # noqa: F401 (importable from here as before)
     AbortRefused,
     Action,
@@ -404,28 +404,11 @@ class SagaRunner:
         async with self._txn(run, None, None) as conn:
             await conn.execute(q.INSERT_LOG, (run["id"], pos, step, action, attempt, error_class, detail))
 
-    @contextlib.asynccontextmanager
-    async def _txn(self, run: dict, status: RunStatus | None, direction: str | None):
-        """A transaction that may commit for this run: it locks the run row first and goes on only if
-        the row still names this runner's owner token (and, when given, this status and direction).
-
-        Raises:
-            SagaFenced: the run was claimed by another runner or moved on; the transaction rolls back.
-        """
-        async with self.pool.connection() as conn, conn.transaction():
-            await conn.execute(q.SET_LOCAL_TIMEOUTS, (f"{self.lock_timeout_ms}ms", f"{self.statement_timeout_ms}ms"))
-            if not self.fencing:  # the weaker setting: nothing checked, whoever runs commits
-                yield conn
-                return
-            now_status, now_direction, owner = await (await conn.execute(q.LOCK_RUN, (run["id"],))).fetchone()
-            if owner != run["token"]:
-                raise SagaFenced(q.FENCED_OWNER.format(run_id=run["id"]))
-            if (status is not None and now_status != status.value) or (
-                    direction is not None and now_direction != direction):
-                raise SagaFenced(q.FENCED_STATE.format(run_id=run["id"], status=now_status, direction=now_direction,
-                                                     expected=status.value if status else "any status",
-                                                     expected_direction=direction or "any direction"))
-            yield conn
+    def _txn(self, run: dict, status: RunStatus | None, direction: str | None):
+        """A transaction that may commit for this run, fenced by its owner token (and, when given, this
+        status and direction): :func:`agentlab.durable.saga_fencing.fenced_transaction`."""
+        return fenced_transaction(self.pool, run, status, direction, lock_timeout_ms=self.lock_timeout_ms,
+                                  statement_timeout_ms=self.statement_timeout_ms, fencing=self.fencing)
 
     @contextlib.asynccontextmanager
     async def _claim(self, run_id: int):
@@ -438,23 +421,10 @@ class SagaRunner:
                 await conn.execute(q.CLAIM_RUN, (run["token"], run_id))
             yield run
 
-    @contextlib.asynccontextmanager
-    async def _run_lock(self, run_id: int):
-        """Hold the run's session advisory lock on a connection of its own while the runner works (none
-        behind a transaction-mode pooler, where a session lock lands on a shared server session)."""
-        if self.behind_pooler:
-            yield
-            return
-        async with self.pool.connection() as conn:
-            if not (await (await conn.execute(q.RUN_LOCK, (run_id,))).fetchone())[0]:
-                raise SagaBusy(f"saga run {run_id} is being run by another runner")
-            try:
-                yield
-            finally:
-                try:
-                    await conn.execute(q.RUN_UNLOCK, (run_id,))
-                except psycopg.Error:  # a broken connection is discarded by the pool, its lock with it
-                    log.info("could not unlock saga run %s; its connection is gone", run_id)
+    def _run_lock(self, run_id: int):
+        """The run's session advisory lock, held while the runner works (none behind a transaction-mode
+        pooler): :func:`agentlab.durable.saga_fencing.session_lock`."""
+        return session_lock(self.pool, run_id, behind_pooler=self.behind_pooler)
 
 
 class _AlreadyDone(Exception):

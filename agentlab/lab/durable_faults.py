@@ -308,7 +308,8 @@ async def _retention_races_thread(h, weaker: bool, notes: dict) -> tuple[dict, l
 
     from agentlab.core.graph import run_config
     from agentlab.core.safeguards import preset
-    from agentlab.durable.approval import APPROVAL, ApprovalPolicy, resume_command
+    from agentlab.durable.approval import APPROVAL, ApprovalPolicy
+    from agentlab.durable.approval_review import resume_command
     from agentlab.durable.retention import RetentionPolicy, RetentionReport, apply_retention
     from agentlab.sim.model import ScriptedChatModel
 

@@ -26,7 +26,8 @@ async def _approved(h) -> None:
 
     from agentlab.core.graph import run_config
     from agentlab.core.safeguards import preset
-    from agentlab.durable.approval import APPROVAL, ApprovalPolicy, resume_command
+    from agentlab.durable.approval import APPROVAL, ApprovalPolicy
+    from agentlab.durable.approval_review import resume_command
     from agentlab.sim.model import ScriptedChatModel
 
     ids = await h.create_customers(APPROVAL, preset("full"))
