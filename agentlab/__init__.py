@@ -151,7 +151,10 @@ _EXPORTS = {
         "isolation_matrix",
     ),
     "lab.concurrency": (
-        "Rendezvous", "check_concurrency",
+        "check_concurrency",
+    ),
+    "lab.rendezvous": (
+        "Rendezvous",
     ),
     "lab.faults": (
         "CONCURRENCY_FAMILY", "CONCURRENCY_FAULTS", "FAMILIES", "FAULTS", "Fault", "fault_table", "get_fault",
