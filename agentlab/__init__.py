@@ -145,7 +145,10 @@ _EXPORTS = {
         "durable_fault_table", "run_durable_fault",
     ),
     "lab.experiments": (
-        "ExperimentResult", "run_experiment", "safeguard_effects", "summarize",
+        "run_experiment",
+    ),
+    "lab.experiment_results": (
+        "ExperimentResult", "safeguard_effects", "summarize",
     ),
     "lab.anomalies": (
         "isolation_matrix",
