@@ -150,13 +150,19 @@ _EXPORTS = {
         "durable_fault_table", "run_durable_fault",
     ),
     "lab.experiments": (
-        "ExperimentResult", "run_experiment", "safeguard_effects", "summarize",
+        "run_experiment",
+    ),
+    "lab.experiment_results": (
+        "ExperimentResult", "safeguard_effects", "summarize",
     ),
     "lab.anomalies": (
         "isolation_matrix",
     ),
     "lab.concurrency": (
-        "Rendezvous", "check_concurrency",
+        "check_concurrency",
+    ),
+    "lab.rendezvous": (
+        "Rendezvous",
     ),
     "lab.faults": (
         "CONCURRENCY_FAMILY", "CONCURRENCY_FAULTS", "FAMILIES", "FAULTS", "Fault", "fault_table", "get_fault",

@@ -58,7 +58,7 @@ def heatmap(table: pd.DataFrame, *, ax=None, title: str | None = None, xlabel: s
 
 
 def experiment_heatmap(result, *, ax=None):
-    """The fault x preset heatmap of an :class:`agentlab.lab.experiments.ExperimentResult`, titled with its size."""
+    """The fault x preset heatmap of an :class:`agentlab.lab.experiment_results.ExperimentResult`, titled with its size."""
     title = (f"Invariant violations: {result.episodes_per_cell} episode(s) per cell, seed {result.seed}")
     return heatmap(result.summary, ax=ax, title=title)
 

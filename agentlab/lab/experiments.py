@@ -1,10 +1,12 @@
-"""Experiments: episodes x presets x faults on one database, and the fault x preset table.
+"""Experiments: episodes x presets x faults on one database, and the ``chaos`` command that runs them.
 
 :func:`run_experiment` runs ``episodes`` seeded episodes for every (fault, preset) pair, ``concurrency``
 at a time, on one fresh database with one harness, one provider and one agent process (each episode
 with its own thread id and its own customers: :mod:`agentlab.lab.runner`). Episode ``i`` of a fault plays the
 same scenario with the same hallucinations and the same model seed under every preset, so the presets
-are compared on identical episodes. The result holds one row per episode and the summary.
+are compared on identical episodes. The result holds one row per episode and the summary
+(:class:`agentlab.lab.experiment_results.ExperimentResult`, whose module holds the rows, the fault x preset
+table and the command's text; those names stay importable from here).
 
 Same seed, same table: the violations per episode depend on the seed only (wall times do not).
 
@@ -19,7 +21,7 @@ The faults that restart the server (``server_restart``, ``server_restart_immedia
 are the exception to all three: an experiment naming one keeps synchronous commits, and runs their episodes
 one at a time in this process after every other episode, since a restart cuts every session on the server.
 
-Sources: tqdm ("tqdm.auto"); pandas ("pivot_table").
+Sources: tqdm ("tqdm.auto"); pandas ("DataFrame").
 """
 
 from __future__ import annotations
@@ -29,166 +31,37 @@ import os
 import random
 import sys
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from agentlab.core import budget
 from agentlab.core.errors import DomainError, is_infrastructure
 from agentlab.core.safeguards import PRESETS, Safeguards, preset
-from agentlab.lab.faults import FAULTS, fault_scenarios, faults_for, get_fault, injected_by_script
-from agentlab.lab.invariants import KINDS, count_by_kind
+from agentlab.lab.experiment_results import (  # noqa: F401 (their home moved to agentlab.lab.experiment_results)
+    LADDER,
+    ROW_COLUMNS,
+    RUNG_GUARDS,
+    ExperimentResult,
+    kinds_of,
+    lab_error_row,
+    render,
+    row,
+    safeguard_effects,
+    summarize,
+)
+from agentlab.lab.faults import FAULTS, fault_scenarios, faults_for, get_fault, injected_by_script  # noqa: F401
+from agentlab.lab.invariants import KINDS, count_by_kind  # noqa: F401 (importable from here as before)
 from agentlab.lab.options import DEFAULT_CONCURRENCY, add_arguments, png_path, positive_int  # noqa: F401 (re-exported)
-from agentlab.lab.runner import FaultRun, Lab
+from agentlab.lab.runner import FaultRun, Lab  # noqa: F401 (FaultRun importable from here as before)
 from agentlab.runtime import db
 from agentlab.runtime.domains import domain_reference, resolve_domain
 from agentlab.runtime.harness import Harness
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-ROW_COLUMNS = ("preset", "fault", "scenario", "episode", "seed", "rollbacks", "escalated", "crashed", "error",
-               "violations", *KINDS, "wall_ms")
-LADDER = tuple(PRESETS)  # naive ... full: each rung adds one safeguard
 SET_ASYNC_COMMIT = "ALTER DATABASE {} SET synchronous_commit = off"
-# the words in Fault.guarded_by that name what each rung adds (to list its own faults first)
-RUNG_GUARDS = {"constraints": ("constraints",), "validated": ("validation",), "transaction": ("transaction",),
-               "savepoints": ("savepoints",), "ledger": ("ledger",), "full": ("outbox", "timeouts")}
 
 
 def episode_seed(seed: int, episode: int) -> int:
     """The seed of episode ``episode`` of an experiment seeded ``seed`` (the same for every fault and preset)."""
     return random.Random(f"agentlab:{seed}:{episode}").randrange(2**31)
-
-
-def kinds_of(rows: pd.DataFrame) -> list[str]:
-    """The violation kinds ``rows`` count: :data:`KINDS`, then any a domain's own invariants added."""
-    return [*KINDS, *(c for c in rows.columns if c not in ROW_COLUMNS)]
-
-
-def row(run: FaultRun, episode: int) -> dict[str, Any]:
-    """One DataFrame row for a checked episode."""
-    ep = run.episode
-    kinds = count_by_kind(run.violations)
-    kinds.update(Counter(v.kind for v in run.violations if v.kind not in kinds))  # a domain's own kinds
-    return {"preset": run.preset, "fault": run.fault, "scenario": run.scenario.name, "episode": episode,
-            "seed": ep.seed, "rollbacks": ep.rollbacks_total, "escalated": ep.escalated, "crashed": run.crashed,
-            "error": ep.error, "violations": len(run.violations), **kinds, "wall_ms": round(ep.wall_ms, 3)}
-
-
-def lab_error_row(fault: str, preset_name: str, episode: int, seed: int, exc: BaseException) -> dict[str, Any]:
-    """The row of an episode the lab could not run or check (its error column says why)."""
-    return {"preset": preset_name, "fault": fault, "scenario": None, "episode": episode, "seed": seed,
-            "rollbacks": 0, "escalated": False, "crashed": False, "error": f"lab error: {type(exc).__name__}: {exc}",
-            "violations": 0, **dict.fromkeys(KINDS, 0), "wall_ms": 0.0}
-
-
-@dataclass
-class ExperimentResult:
-    """What an experiment produced. ``rows``: one per episode (:data:`ROW_COLUMNS`); ``wall_s``: seconds
-    from the first episode to the last; ``cpu_s``: CPU seconds of the processes that ran the episodes, over
-    the same span; ``workers``: how many processes ran them."""
-
-    rows: pd.DataFrame
-    wall_s: float
-    seed: int
-    episodes_per_cell: int
-    presets: tuple[str, ...]
-    faults: tuple[str, ...]
-    cpu_s: float = 0.0
-    workers: int = 1
-
-    @property
-    def episodes(self) -> int:
-        return len(self.rows)
-
-    @property
-    def episodes_per_s(self) -> float:
-        return self.episodes / self.wall_s if self.wall_s else 0.0
-
-    @property
-    def summary(self) -> pd.DataFrame:
-        """Violations summed per fault (rows) and preset (columns), in catalog and ladder order."""
-        return summarize(self.rows, self.presets, self.faults)
-
-    def summary_of(self, kinds: Iterable[str]) -> pd.DataFrame:
-        """As :attr:`summary`, counting only ``kinds`` (e.g. :data:`agentlab.lab.invariants.STATE_KINDS`)."""
-        return summarize(self.rows, self.presets, self.faults, kinds=kinds)
-
-    def by_kind(self) -> pd.DataFrame:
-        """Violations per (fault, preset) and kind."""
-        return self.rows.groupby(["fault", "preset"], sort=False)[kinds_of(self.rows)].sum()
-
-    def safeguard_effects(self) -> pd.DataFrame:
-        """What each safeguard buys: for every rung of the ladder, the (fault, kind) cells where the preset
-        just below has violations and the rung has none."""
-        return safeguard_effects(self.rows, self.presets)
-
-    def deterministic_view(self) -> pd.DataFrame:
-        """The rows without what may vary between identical runs, to compare two runs: wall times, and the
-        rollback counts (on a loaded machine a lock or statement timeout can take one more retry)."""
-        return self.rows.drop(columns=["wall_ms", "rollbacks"]).reset_index(drop=True)
-
-    def to_json(self) -> dict[str, Any]:
-        """The CLI's JSON: ``episodes`` (run in all), ``episodes_per_cell``, ``wall_s``, ``episodes_per_s``,
-        ``workers``, ``seed``, ``summary`` (``{preset: {fault: violations}}``) and ``rows`` (one object per episode)."""
-        summary = self.summary
-        return {
-            "episodes": self.episodes,
-            "episodes_per_cell": self.episodes_per_cell,
-            "wall_s": round(self.wall_s, 3),
-            "episodes_per_s": round(self.episodes_per_s, 1),
-            "workers": self.workers,
-            "seed": self.seed,
-            "summary": {p: {f: int(summary.loc[f, p]) for f in summary.index} for p in summary.columns},
-            "rows": [{k: _plain(v) for k, v in r.items()} for r in self.rows.to_dict(orient="records")],
-        }
-
-
-def _plain(value: Any) -> Any:
-    if hasattr(value, "item"):
-        return value.item()
-    if isinstance(value, float) and value != value:  # NaN
-        return None
-    return value
-
-
-def summarize(rows: pd.DataFrame, presets: Sequence[str] | None = None, faults: Sequence[str] | None = None,
-              *, kinds: Iterable[str] | None = None) -> pd.DataFrame:
-    """The fault x preset table of summed violations (zeros where nothing broke); only ``kinds`` when given."""
-    presets = list(presets or dict.fromkeys(rows["preset"]))
-    faults = list(faults or dict.fromkeys(rows["fault"]))
-    if kinds is not None:
-        rows = rows.assign(violations=rows[list(kinds)].sum(axis=1))
-    table = rows.pivot_table(index="fault", columns="preset", values="violations", aggfunc="sum", fill_value=0)
-    table = table.reindex(index=faults, columns=presets, fill_value=0).astype(int)
-    table.index.name, table.columns.name = "fault", "preset"
-    return table
-
-
-def safeguard_effects(rows: pd.DataFrame, presets: Sequence[str] | None = None) -> pd.DataFrame:
-    """For each adjacent pair of ``presets`` (a ladder), the (fault, kind) cells that go from some
-    violations below to none at the rung. Columns: safeguard (the rung), fault, kind, below, at."""
-    presets = list(presets or dict.fromkeys(rows["preset"]))
-    kinds = kinds_of(rows)
-    sums = rows.groupby(["preset", "fault"])[kinds].sum()
-    out = []
-    for lower, upper in zip(presets, presets[1:]):
-        cells = []
-        for fault in dict.fromkeys(rows["fault"]):
-            if (lower, fault) not in sums.index or (upper, fault) not in sums.index:
-                continue
-            meant = any(w in FAULTS[fault].guarded_by for w in RUNG_GUARDS.get(upper, ())) if fault in FAULTS else False
-            for kind in kinds:
-                below, at = int(sums.loc[(lower, fault), kind]), int(sums.loc[(upper, fault), kind])
-                if below > 0 and at == 0:
-                    cells.append((not meant, {"safeguard": upper, "fault": fault, "kind": kind, "below": below,
-                                              "at": at}))
-        out += [c for _, c in sorted(cells, key=lambda c: c[0])]  # the faults the rung is meant for first
-    import pandas as pd
-
-    return pd.DataFrame(out, columns=["safeguard", "fault", "kind", "below", "at"])
 
 
 def _progress(total: int, enabled: bool | None):
@@ -498,26 +371,6 @@ def commit_without_flush_wait(url: str) -> None:
 
     with db.admin_connection() as conn:
         conn.execute(sql.SQL(SET_ASYNC_COMMIT).format(sql.Identifier(db.dbname_of(url))))
-
-
-def render(result: ExperimentResult) -> str:
-    """The CLI's text: the fault x preset table, what each safeguard buys, and the run's speed."""
-    lines = [f"Invariant violations per fault (rows) and preset (columns): {result.episodes_per_cell} episode(s) "
-             f"per cell, seed {result.seed}", "", result.summary.to_string(), ""]
-    effects = result.safeguard_effects()
-    if len(effects):
-        lines.append("What each safeguard buys (violations just below it -> 0 with it):")
-        for rung, part in effects.groupby("safeguard", sort=False):
-            cells = [f"{r.fault}/{r.kind} {r.below}" for r in part.itertuples()][:4]
-            more = f" (+{len(part) - 4} more)" if len(part) > 4 else ""
-            lines.append(f"  {rung:<12} {', '.join(cells)}{more}")
-        lines.append("")
-    errors = int(result.rows["error"].notna().sum())
-    lines.append(f"{result.episodes} episodes in {result.wall_s:.2f} s ({result.episodes_per_s:.1f} episodes/s, "
-                 f"{result.cpu_s / max(result.episodes, 1) * 1000:.1f} ms of the lab's CPU per episode"
-                 + (f", {result.workers} worker processes)" if result.workers > 1 else ")")
-                 + (f"; {errors} episode(s) ended on an error" if errors else ""))
-    return "\n".join(lines)
 
 
 def main(args) -> int:

@@ -1,7 +1,7 @@
 """What each safeguard buys, rung by rung: an experiment's result read along the preset ladder.
 
 The presets ``naive`` ... ``full`` form a ladder, each rung adding one safeguard
-(:mod:`agentlab.core.safeguards`). Given an :class:`agentlab.lab.experiments.ExperimentResult` over the
+(:mod:`agentlab.core.safeguards`). Given an :class:`agentlab.lab.experiment_results.ExperimentResult` over the
 ladder, :func:`rung_table` gives one row per rung (violations in all, the faults it holds from
 there on, the kinds of violation that disappear with it, the (fault, kind) cells it brings to
 zero) and :func:`ladder_chart` draws the violations per rung, split into what the database holds
@@ -43,7 +43,7 @@ def rung_table(result) -> pd.DataFrame:
     - ``faults_held_from_here``: faults with violations on the rung below and none on this rung or any above;
     - ``kinds_gone``: kinds of violation present on the rung below (any fault) and absent here;
     - ``cells_fixed``: (fault, kind) cells with violations below and none here
-      (:meth:`agentlab.lab.experiments.ExperimentResult.safeguard_effects`).
+      (:meth:`agentlab.lab.experiment_results.ExperimentResult.safeguard_effects`).
     """
     import pandas as pd
 

@@ -13,7 +13,7 @@ the other four        two threads, one customer (``double_submit``, ``lost_updat
 ====================  ==========================================================================
 
 **The interleaving is forced from outside the agent's code.** The barrier
-(:class:`agentlab.lab.concurrency.Rendezvous`) sits on the connections of the pool the lab hands the
+(:class:`agentlab.lab.rendezvous.Rendezvous`) sits on the connections of the pool the lab hands the
 agent (:attr:`agentlab.lab.agents.AgentContext.pool`): the first statement of a run that is the
 fault's act (the balance ``UPDATE``, the refund ``INSERT``: the domain's own SQL) waits until the other
 run has reached its act too; then A's goes first and B's waits until A's connection is back in the
@@ -50,14 +50,10 @@ from agentlab.lab.agents import (
     describe_raised,
     rename_script,
 )
-from agentlab.lab.concurrency import (
-    MESSAGE_CHECKS,
-    Rendezvous,
-    check_concurrency,
-    meets_at,
-)
+from agentlab.lab.concurrency import MESSAGE_CHECKS, check_concurrency
 from agentlab.lab.faults import Concurrent
 from agentlab.lab.invariants import check_messages, check_state, read_records
+from agentlab.lab.rendezvous import Rendezvous, meets_at
 from agentlab.lab.wire import NetworkProvider
 from agentlab.lab.yardstick_faults import NA
 from agentlab.runtime.harness import Episode
