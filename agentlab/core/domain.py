@@ -46,8 +46,9 @@ from pathlib import Path
 from typing import Any
 
 from agentlab.core.agent_role import AGENT_ROLE, SHARED_TABLES
-from agentlab.core.errors import DomainError, ErrorHints, find_leaks
+from agentlab.core.errors import DomainError, ErrorHints
 from agentlab.core.isolation import unisolated_tables
+from agentlab.core.leaks import find_leaks
 from agentlab.core.migrations import CORE, Migration, apply_migrations
 from agentlab.core.toolspec import Toolset
 
