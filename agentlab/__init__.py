@@ -13,6 +13,9 @@ _EXPORTS = {
     "bench.suite": (
         "run_bench",
     ),
+    "core.agent_role": (
+        "TENANT_PREDICATE",
+    ),
     "core.checkpoints": (
         "RetryingSaver",
     ),
@@ -55,9 +58,6 @@ _EXPORTS = {
     "core.batch": (
         "BatchResult", "BudgetSpent", "CallBudgets", "CallResult", "Outcome", "TransactionalToolsNode",
         "idempotency_key",
-    ),
-    "core.schema": (
-        "TENANT_PREDICATE",
     ),
     "core.scenario": (
         "C", "PlannedCall", "Scenario",

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from psycopg import pq
 
+from agentlab.core.agent_role import AGENT_ROLE
 from agentlab.core.batch import (
     BIND_THREAD_TENANT,
     LEDGER_INSERT,
@@ -36,7 +37,6 @@ from agentlab.core.batch import (
     idempotency_key,
 )
 from agentlab.core.outbox import INSERT_OUTBOX, REFUND_TOPIC
-from agentlab.core.schema import AGENT_ROLE
 from agentlab.domains.billing.tools import APPLY_CREDIT, CREATE_CREDIT_MEMO, CREATE_REFUND
 
 BATCH_TENANT = "acme"

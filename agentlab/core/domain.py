@@ -45,15 +45,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentlab.core.errors import DomainError, ErrorHints, find_leaks
+from agentlab.core.agent_role import AGENT_ROLE, SHARED_TABLES
+from agentlab.core.errors import DomainError, ErrorHints
 from agentlab.core.isolation import unisolated_tables
-from agentlab.core.schema import (
-    AGENT_ROLE,
-    CORE,
-    SHARED_TABLES,
-    Migration,
-    apply_migrations,
-)
+from agentlab.core.leaks import find_leaks
+from agentlab.core.migrations import CORE, Migration, apply_migrations
 from agentlab.core.toolspec import Toolset
 
 
@@ -282,7 +278,7 @@ def migrate_domain(conn, domain: Domain) -> list[int]:
     Raises:
         DomainError: an applied migration's SQL differs from the one recorded (an entry was edited, or
             the list reordered: migrations are append-only), or the database holds more migrations than
-            the domain lists (:func:`agentlab.core.schema.apply_migrations`); or the agent role can reach
+            the domain lists (:func:`agentlab.core.migrations.apply_migrations`); or the agent role can reach
             a table without row-level security that the domain does not declare shared.
     """
     with conn.transaction():
@@ -294,7 +290,7 @@ def migrate_domain(conn, domain: Domain) -> list[int]:
 def check_isolation(conn, domain: Domain) -> None:
     """Refuse ``domain`` unless every table the agent role can reach in ``conn``'s database (a sync psycopg
     connection) has row-level security on, or is declared shared (the core's
-    :data:`agentlab.core.schema.SHARED_TABLES` and ``domain.shared_tables``); read from the catalog
+    :data:`agentlab.core.agent_role.SHARED_TABLES` and ``domain.shared_tables``); read from the catalog
     (:func:`agentlab.core.isolation.unisolated_tables`), so it holds whatever the migrations' SQL says.
 
     Raises:

@@ -22,6 +22,9 @@ and never raise. One that is not an ``Exception`` (``KeyboardInterrupt``, ``Syst
 error, never retried; an error's ``sqlstate``, ``diag`` and ``str()`` are read as data (one of another
 type, or whose reading raises, counts as absent); an exception group is judged by its members: it is
 infrastructure only when every member is, and is told to the model as its first member that is not.
+How an error is read as data is :mod:`agentlab.core.error_reading`; what a ``ValidationError`` tells the
+model, :mod:`agentlab.core.argument_errors`; leak detection (``find_leaks``), :mod:`agentlab.core.leaks`
+(their names stay importable from here).
 
 Sources: PostgreSQL Appendix A "PostgreSQL Error Codes" for the SQLSTATE classes; psycopg's
 ``psycopg.errors`` for the classes that carry them.
@@ -29,15 +32,23 @@ Sources: PostgreSQL Appendix A "PostgreSQL Error Codes" for the SQLSTATE classes
 
 from __future__ import annotations
 
-import functools
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any
 
 import psycopg
 
+from agentlab.core.argument_errors import pydantic_reason
+from agentlab.core.error_reading import (  # noqa: F401 (sqlstate_of: its home moved; it stays importable here)
+    attribute_of,
+    class_name,
+    detail_of,
+    leaves_of,
+    sqlstate_of,
+    text_of,
+    text_or_none,
+)
+from agentlab.core.leaks import INTERNAL_IDENTIFIERS, LEAK_PATTERNS, find_leaks  # noqa: F401 (their home moved)
 from agentlab.core.messages import (
     EARLIER_CALL_FAILED,
     FAILED_TEMPLATE,
@@ -267,57 +278,13 @@ class Translation:
     rule: Rule | None = None
 
 
-def _pydantic_reason(exc: Any, allowed: tuple[str, ...], identifiers: tuple[str, ...] = ()) -> str:
-    parts = []
-    for err in exc.errors(include_url=False):
-        loc = ".".join(str(p) for p in err.get("loc", ()))
-        kind = err.get("type", "")
-        ctx = err.get("ctx") or {}
-        got = type(err.get("input")).__name__ if "input" in err else None
-        got = {"str": "text", "NoneType": "null", "bool": "a boolean", "float": "a decimal number", "int": "an integer"}.get(
-            got or "", got
-        )
-        if kind == "extra_forbidden":
-            name = loc if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,40}", loc or "") else None
-            if name and find_leaks(name, identifiers):  # e.g. an internal column name: do not echo it back
-                name = None
-            what = f"'{name}' is not an argument of this tool" if name else "an unknown argument was sent"
-            parts.append(f"{what} (allowed: {', '.join(allowed)})" if allowed else what)
-            continue
-        field = f"argument '{loc}'" if loc else "the arguments"
-        if kind == "missing":
-            parts.append(f"{field} is required")
-        elif kind in ("int_type", "int_parsing", "int_from_float"):
-            parts.append(f"{field} must be a whole number (a JSON integer), not {got}")
-        elif kind == "greater_than":
-            parts.append(f"{field} must be greater than {ctx.get('gt')}")
-        elif kind == "greater_than_equal":
-            parts.append(f"{field} must be at least {ctx.get('ge')}")
-        elif kind in ("less_than_equal", "less_than"):
-            parts.append(f"{field} must be at most {ctx.get('le', ctx.get('lt'))}")
-        elif kind == "string_type":
-            parts.append(f"{field} must be text, not {got}")
-        elif kind in ("string_too_long",):
-            parts.append(f"{field} is too long (at most {ctx.get('max_length')} characters)")
-        elif kind in ("string_too_short",):
-            n = ctx.get("min_length")
-            parts.append(f"{field} is too short (at least {n} character{'s' if n != 1 else ''})")
-        elif kind == "string_pattern_mismatch":
-            parts.append(f"{field} has the wrong format")
-        elif kind in ("value_error", "assertion_error"):
-            msg = str(err.get("msg", "")).removeprefix("Value error, ").removeprefix("Assertion failed, ")
-            parts.append(f"{field}: {msg}")
-        elif kind == "model_type" or kind == "dict_type":
-            parts.append("the arguments must be a JSON object")
-        else:
-            parts.append(f"{field} is not valid")
-    return "; ".join(parts) + "."
-
-
 def rules_for(hints: ErrorHints) -> tuple[Rule, ...]:
     """:data:`RULES` as a domain's model is told them: each rule's text replaced by ``hints.sqlstates``."""
     return tuple(replace(r, reason=hints.sqlstates[r.match]) if isinstance(r.match, str) and r.match in hints.sqlstates
                  else r for r in RULES)
+
+
+_MEMBERS_SHOWN = 5  # members of a group named in a translation's detail
 
 
 def translate(exc: BaseException, *, allowed_args: tuple[str, ...] = (), sanitize: bool = True,
@@ -336,15 +303,15 @@ def translate(exc: BaseException, *, allowed_args: tuple[str, ...] = (), sanitiz
         hints: the domain's texts for its own constraints (``Domain.error_hints``); None: the core's only.
     """
     hints = hints or NO_HINTS
-    leaves = _leaves(exc)
+    leaves = leaves_of(exc)
     member = _deciding(leaves)
     tr = _translate_one(member, allowed_args, sanitize, hints)
     if member is exc:
         return tr
-    members = "; ".join(_detail(m) for m in leaves[:_MEMBERS_SHOWN])
+    members = "; ".join(detail_of(m) for m in leaves[:_MEMBERS_SHOWN])
     more = len(leaves) - _MEMBERS_SHOWN
-    detail = f"{_detail(exc)} [members: {members}{f'; and {more} more' if more > 0 else ''}]"
-    return replace(tr, error_class=_class_name(exc), detail=detail)
+    detail = f"{detail_of(exc)} [members: {members}{f'; and {more} more' if more > 0 else ''}]"
+    return replace(tr, error_class=class_name(exc), detail=detail)
 
 
 def _translate_one(exc: BaseException, allowed_args: tuple[str, ...], sanitize: bool, hints: ErrorHints) -> Translation:
@@ -356,24 +323,24 @@ def _translate_one(exc: BaseException, allowed_args: tuple[str, ...], sanitize: 
     if issubclass(kind, ValidationError):
         category, infra = Category.INVALID_ARGUMENTS, False
         try:
-            reason = _pydantic_reason(exc, allowed_args, hints.identifiers)
+            reason = pydantic_reason(exc, allowed_args, hints.identifiers)
         except Exception:  # noqa: BLE001 - a ValidationError of its own making whose errors() fails
             reason = INVALID_ARGUMENTS_REASON
     elif issubclass(kind, ToolError):
         category, infra = _category_of(exc), False
-        reason = _text_or_none(_attribute(exc, "hint")) or INTERNAL_REASON
+        reason = text_or_none(attribute_of(exc, "hint")) or INTERNAL_REASON
     else:
         rule = next(r for r in RULES if r._matches(kind, sqlstate))  # the last rule matches every BaseException
         category, infra, reason = rule.category, rule.infrastructure, rule.reason
-        constraint = _text_or_none(_attribute(_attribute(exc, "diag"), "constraint_name"))
+        constraint = text_or_none(attribute_of(attribute_of(exc, "diag"), "constraint_name"))
         reason = hints.reason(sqlstate, constraint, reason)
     if category is Category.NOT_APPLIED or infra:
         message = NOT_APPLIED_TEMPLATE.format(reason=reason)
     else:
         message = FAILED_TEMPLATE.format(category=category.value, reason=reason)
     if not sanitize and rule is not None and category is not Category.NOT_APPLIED:
-        message = f"{kind.__name__}: {_text(exc)}".strip()
-    return Translation(category, infra, message, reason, sqlstate, _class_name(exc), _detail(exc), rule)
+        message = f"{kind.__name__}: {text_of(exc)}".strip()
+    return Translation(category, infra, message, reason, sqlstate, class_name(exc), detail_of(exc), rule)
 
 
 def is_infrastructure(exc: BaseException) -> bool:
@@ -384,7 +351,7 @@ def is_infrastructure(exc: BaseException) -> bool:
     (``KeyboardInterrupt``, ``SystemExit``) never is. An exception group is one when every member is
     (a group of lost connections); any other member makes it not retryable. Never raises.
     """
-    return all(_is_infrastructure_one(m) for m in _leaves(exc))
+    return all(_is_infrastructure_one(m) for m in leaves_of(exc))
 
 
 def _is_infrastructure_one(exc: BaseException) -> bool:
@@ -398,131 +365,17 @@ def _is_infrastructure_one(exc: BaseException) -> bool:
 
 
 def _deciding(leaves: list[BaseException]) -> BaseException:
-    """What an exception group (its :func:`_leaves`) is translated as: its first member (depth first) that
+    """What an exception group (its :func:`leaves_of`) is translated as: its first member (depth first) that
     is not an infrastructure error, the one the model can act on; when all are, its first."""
     return next((m for m in leaves if not _is_infrastructure_one(m)), leaves[0])
 
 
-_MAX_GROUP_DEPTH = 32  # nesting beyond this is read as a member of its own (no real group is that deep)
-_MEMBERS_SHOWN = 5  # members of a group named in a translation's detail
-_GROUP_MEMBERS = BaseExceptionGroup.__dict__["exceptions"]  # the members as stored, whatever a subclass overrides
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    """The members of ``exc``, depth first, with nested groups flattened; ``[exc]`` when it is no group
-    (or an empty one, which only a subclass can make)."""
-    out: list[BaseException] = []
-    seen: set[int] = set()
-
-    def walk(e: BaseException, depth: int) -> None:
-        if not issubclass(type(e), BaseExceptionGroup) or depth >= _MAX_GROUP_DEPTH or id(e) in seen:
-            out.append(e)
-            return
-        seen.add(id(e))
-        members = _GROUP_MEMBERS.__get__(e)
-        if not members:
-            out.append(e)
-        for m in members:
-            walk(m, depth + 1)
-
-    walk(exc, 0)
-    return out
-
-
-_SQLSTATE = re.compile(r"[0-9A-Z]{5}")
-
-
-def sqlstate_of(exc: BaseException) -> str | None:
-    """The SQLSTATE ``exc`` carries (five characters, digits and capitals), or None: a ``sqlstate`` of
-    another type or form, or one whose reading raises, is none."""
-    state = _text_or_none(_attribute(exc, "sqlstate"))
-    return state if state is not None and _SQLSTATE.fullmatch(state) else None
-
-
-def _attribute(obj: Any, name: str) -> Any:
-    """``getattr(obj, name, None)``, or None when reading it raises (a property of a foreign error class)."""
-    try:
-        return getattr(obj, name, None)
-    except Exception:  # noqa: BLE001 - an attribute that cannot be read is an attribute that is absent
-        return None
-
-
-def _text_or_none(value: Any) -> str | None:
-    """``value`` as a plain ``str`` when it is text (a ``str`` subclass is copied, its methods unused), else None."""
-    return str.__str__(value) if issubclass(type(value), str) else None
-
-
-def _text(exc: BaseException) -> str:
-    """``str(exc)``, or a note naming its class when that raises."""
-    try:
-        return str(exc)
-    except Exception:  # noqa: BLE001 - an error whose __str__ fails still gets an answer
-        return f"<str() of a {type(exc).__name__} raised>"
-
-
-def _class_name(exc: BaseException) -> str:
-    module = _text_or_none(_attribute(type(exc), "__module__")) or "?"
-    return f"{module}.{type(exc).__qualname__}"
-
-
 def _category_of(exc: ToolError) -> Category:
     """A ``ToolError``'s category; one that is not a :class:`Category` (nor a value of one) is INTERNAL."""
-    category = _attribute(exc, "category")
+    category = attribute_of(exc, "category")
     if issubclass(type(category), Category):
         return category
     try:
-        return Category(_text_or_none(category))
+        return Category(text_or_none(category))
     except ValueError:
         return Category.INTERNAL
-
-
-def _detail(exc: BaseException) -> str:
-    from agentlab.core.redact import redact
-
-    text = f"{_class_name(exc)}: {_text(exc)}"
-    diag = _attribute(exc, "diag")
-    if diag is not None:
-        extra = {k: _text_or_none(_attribute(diag, k))
-                 for k in ("schema_name", "table_name", "column_name", "constraint_name", "context")}
-        extra = {k: v for k, v in extra.items() if v}
-        if extra:
-            text += " " + " ".join(f"{k}={v}" for k, v in extra.items())
-    return redact(text)
-
-
-# --------------------------------------------------------------------------- leak detection
-
-# The core's internal identifiers that must never reach the model; a domain adds its own
-# (ErrorHints.identifiers). Tool argument names (customer_id, amount_cents, ...) are the tools' public
-# API and are allowed.
-INTERNAL_IDENTIFIERS = (
-    "tool_executions", "schema_migrations", "idempotency_key", "dedupe_key", "outbox", "checkpoint_blobs",
-    "checkpoint_writes", "psycopg",
-)
-LEAK_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("dsn", re.compile(r"postgres(?:ql)?://|\b(?:password|passwd|pwd|dbname|sslmode|user)\s*=", re.I)),
-    ("secret", re.compile(r"\bpassword\b|\bsecret\b|\bsk_(?:live|test)_\w+", re.I)),
-    ("host", re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}\b|\blocalhost\b|\.s\.PGSQL|\bhost\s*=|\bport\s*=", re.I)),
-    ("sql", re.compile(r"\b(?:SELECT|INSERT|UPDATE|DELETE)\b[\s\S]{0,120}?\b(?:FROM|INTO|SET|WHERE)\b", re.I)),
-    ("sql", re.compile(r"\b(?:LINE \d+:|DETAIL:|CONTEXT:|HINT:)|\b(?:SQLSTATE|syntax for type|violates)\b", re.I)),
-    ("identifier", re.compile(r"\b(?:relation|constraint|column|table|schema)\s+\"[^\"]+\"", re.I)),
-    ("identifier", re.compile(r"\b(?:public|lax|provider|pg_catalog)\.[A-Za-z_]\w*|\bpg_[a-z_]{3,}")),
-    ("stack_trace", re.compile(r"Traceback \(most recent call last\)|File \"[^\"]+\", line \d+")),
-)
-
-
-@functools.lru_cache(maxsize=32)
-def _identifier_pattern(identifiers: tuple[str, ...]) -> re.Pattern[str]:
-    return re.compile(r"(?<!\w)(?:" + "|".join(re.escape(i) for i in (*INTERNAL_IDENTIFIERS, *identifiers)) + r")(?!\w)",
-                      re.I)
-
-
-def find_leaks(text: str, identifiers: Iterable[str] = ()) -> list[str]:
-    """Kinds of leak found in a model-facing ``text`` (empty when clean): dsn, secret, host, sql, identifier,
-    stack_trace. ``identifiers``: a domain's internal names (``ErrorHints.identifiers``), flagged as
-    identifier leaks on top of the core's :data:`INTERNAL_IDENTIFIERS`."""
-    text = text or ""
-    kinds = {kind for kind, pattern in LEAK_PATTERNS if pattern.search(text)}
-    if _identifier_pattern(tuple(identifiers)).search(text):
-        kinds.add("identifier")
-    return sorted(kinds)

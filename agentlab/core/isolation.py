@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentlab.core.agent_role import AGENT_ROLE, TENANT_SETTING
 from agentlab.core.errors import AgentlabError
-from agentlab.core.schema import AGENT_ROLE, TENANT_SETTING
 
 SET_AGENT_ROLE = "set_config('role', %s, true)"
 SET_TENANT = f"set_config('{TENANT_SETTING}', %s, true)"

@@ -1,4 +1,4 @@
-"""The core schema as an append-only migration list, and how any list of migrations is applied.
+"""The core schema as an append-only migration list (:data:`MIGRATIONS`) and the core template it builds.
 
 The core holds what the domain-agnostic pattern needs: the idempotency ledger (``tool_executions``), the
 transactional outbox, the events table, the tenant each thread belongs to, the state of sagas, jobs and
@@ -6,127 +6,42 @@ approval requests, the simulated provider's records (schema ``provider``) and no
 (``notify``), and the empty ``lax`` schema. A domain brings its own tables as its own migrations
 (:class:`agentlab.core.domain.Domain`); billing's live in :mod:`agentlab.domains.billing.schema`.
 
-Rules (as langgraph-checkpoint-postgres does it): a migration's position in its list is its version; an
-entry is never edited or reordered, only appended. ``schema_migrations`` records each applied one with
-its owner (``core`` or a domain's name) and the SHA-256 of its SQL, so a database whose recorded
-migrations differ from the code's (an entry edited after it was applied, a list that shrank, a database
-made by an earlier layout) is refused with one line, never silently migrated (:func:`apply_migrations`).
-
-The ``constraints`` safeguard is switched off by a real mechanism: a domain may keep a copy of its tables
-in ``lax`` with NOT NULL only (``CREATE TABLE ... (LIKE ... INCLUDING DEFAULTS)``), and a batch picks the
-strict (``public``) or the lax copy with ``search_path``.
-
-Least privilege and tenant isolation (see :mod:`agentlab.lab.tenancy`): a cluster-wide role
-:data:`AGENT_ROLE` (``LOGIN`` since the migration that lets the tools pool log in as it) holds only what
-the tools need: here, insert and read the ledger, insert into the
-outbox and bind a thread's tenant; each domain grants it its own tables. Row-level security shows that
-role only the rows of the tenant in the setting :data:`TENANT_SETTING` (:data:`TENANT_PREDICATE`).
+How a list is applied (append-only, checksummed) is :mod:`agentlab.core.migrations`; the agent role and the
+tenant setting its row-level security reads are :mod:`agentlab.core.agent_role`'s (see
+:mod:`agentlab.lab.tenancy`). The ``constraints`` safeguard is switched off by a real mechanism: a domain
+may keep a copy of its tables in ``lax`` with NOT NULL only (``CREATE TABLE ... (LIKE ... INCLUDING
+DEFAULTS)``), and a batch picks the strict (``public``) or the lax copy with ``search_path``.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from importlib import metadata
 
 import psycopg
 
-from agentlab.core.errors import DomainError
+# their home moved: the agent role and tenant setting to agent_role, the migration machinery to migrations
+from agentlab.core.agent_role import (  # noqa: F401
+    AGENT_LOGIN,
+    AGENT_ROLE,
+    ENSURE_ROLE,
+    NO_TENANT,
+    SHARED_TABLES,
+    TENANT_PREDICATE,
+    TENANT_SETTING,
+)
+from agentlab.core.migrations import (  # noqa: F401
+    APPLIED_MIGRATIONS,
+    CORE,
+    CREATE_MIGRATIONS_TABLE,
+    RECORD_MIGRATION,
+    Migration,
+    applied_checksums,
+    apply_migrations,
+)
 
 STRICT_SCHEMA = "public"
 LAX_SCHEMA = "lax"
-CORE = "core"  # the owner name of the core's own migrations in schema_migrations
-AGENT_ROLE = "agentlab_agent"  # cluster-wide; the tools node runs tool SQL as this role under isolation
-TENANT_SETTING = "agentlab.tenant_id"  # custom setting the row-level security policies read
-
-# Roles are cluster-wide and several databases (and servers) may migrate at once: create the role only
-# when missing and treat "already exists" from a concurrent CREATE ROLE as success. A connecting user
-# that is not a superuser (it needs CREATEROLE then) is made a member so that it can SET ROLE to it;
-# on PostgreSQL 16+ it can do that only for a role it created itself, else a superuser must grant it.
-ENSURE_ROLE = """
-DO $$
-BEGIN
-    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN
-        CREATE ROLE {role} NOLOGIN;
-    END IF;
-EXCEPTION WHEN duplicate_object OR unique_violation THEN
-    NULL;  -- created concurrently by another database's migration
-END
-$$;
-DO $$
-BEGIN
-    -- PostgreSQL 16+ gives a role's creator ADMIN only; SET ROLE needs the SET option
-    IF NOT pg_has_role(current_user, '{role}',
-                       CASE WHEN current_setting('server_version_num')::int >= 160000 THEN 'SET' ELSE 'MEMBER' END) THEN
-        EXECUTE format('GRANT {role} TO %I', current_user);
-    END IF;
-EXCEPTION
-    WHEN duplicate_object OR unique_violation THEN
-        NULL;
-    WHEN insufficient_privilege THEN
-        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = format('the connecting role %I cannot SET ROLE {role}', current_user),
-            HINT = format('as a superuser run: GRANT {role} TO %I', current_user);
-END
-$$;
-"""
-# Visible to the agent role: rows of the tenant named by the setting (no setting, no rows).
-TENANT_PREDICATE = f"tenant_id = nullif(current_setting('{TENANT_SETTING}', true), '')"
-# No tenant set: outside any batch (a batch always sets one). The node's own look-ups there, a thread's
-# tenant (C25) and, after a lost COMMIT, its ledger rows by key, run on the tools' login as the agent role.
-NO_TENANT = f"nullif(current_setting('{TENANT_SETTING}', true), '') IS NULL"
-
-# The agent role may log in, so an isolating preset's tools pool connects as it and has no superuser to go
-# back to (case C45). Tolerant: a connecting user that may not alter the role gets a warning here, and the
-# tools pool, when it cannot log in, says what to run. Two databases migrating at once may race on the
-# role's catalog row ("tuple concurrently updated"): the loser finds it done.
-AGENT_LOGIN = """
-DO $$
-BEGIN
-    IF NOT (SELECT rolcanlogin FROM pg_roles WHERE rolname = '{role}') THEN
-        ALTER ROLE {role} LOGIN;
-    END IF;
-EXCEPTION
-    WHEN insufficient_privilege THEN
-        RAISE WARNING 'the connecting role % cannot let {role} log in', current_user
-            USING HINT = 'as a superuser run: ALTER ROLE {role} LOGIN';
-    WHEN internal_error THEN
-        IF NOT (SELECT rolcanlogin FROM pg_roles WHERE rolname = '{role}') THEN
-            RAISE;
-        END IF;
-END
-$$;
-"""
-# The core's tables the agent role may reach without row-level security, on purpose (case C42): the outbox
-# has no tenant column; the agent inserts intents and reads back only ``id`` and ``dedupe_key``.
-SHARED_TABLES = ("public.outbox",)
-
-
-CREATE_MIGRATIONS_TABLE = """
-CREATE TABLE IF NOT EXISTS public.schema_migrations (
-    owner      text NOT NULL,
-    version    integer NOT NULL,
-    name       text NOT NULL,
-    checksum   text NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (owner, version)
-)
-"""
-APPLIED_MIGRATIONS = "SELECT version, name, checksum FROM public.schema_migrations WHERE owner = %s ORDER BY version"
-RECORD_MIGRATION = "INSERT INTO public.schema_migrations (owner, version, name, checksum) VALUES (%s, %s, %s, %s)"
-
-
-@dataclass(frozen=True)
-class Migration:
-    """One schema change: a name and its SQL. Its position in its list is its version; ``checksum`` (the
-    SHA-256 of the stripped SQL) is recorded when it is applied."""
-
-    name: str
-    sql: str
-
-    @property
-    def checksum(self) -> str:
-        return hashlib.sha256(self.sql.strip().encode()).hexdigest()
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -511,47 +426,6 @@ def fingerprint() -> str:
     parts.append(metadata.version("langgraph-checkpoint-postgres"))
     return hashlib.sha256("\n--\n".join(parts).encode()).hexdigest()
 
-
-def applied_checksums(conn: psycopg.Connection, owner: str) -> list[str]:
-    """The checksums ``schema_migrations`` records for ``owner`` (``core`` or a domain's name), by version."""
-    return [checksum for _, _, checksum in conn.execute(APPLIED_MIGRATIONS, (owner,)).fetchall()]
-
-
-def apply_migrations(conn: psycopg.Connection, owner: str, migrations) -> list[int]:
-    """Apply the entries of ``migrations`` (a sequence of :class:`Migration`) that ``conn``'s database
-    (a sync connection, autocommit) lacks for ``owner``, each in its own transaction; return their versions.
-
-    Raises:
-        DomainError: an applied migration's SQL differs from the one recorded (an entry was edited, or the
-            list reordered), the database holds more of ``owner``'s migrations than the list, or its
-            ``schema_migrations`` has an earlier layout (a database made by an earlier agentlab).
-    """
-    with conn.transaction():
-        conn.execute(CREATE_MIGRATIONS_TABLE)
-    try:
-        with conn.transaction():
-            done = {v: (name, checksum) for v, name, checksum in conn.execute(APPLIED_MIGRATIONS, (owner,)).fetchall()}
-    except psycopg.errors.UndefinedColumn:
-        raise DomainError("this database was migrated by an earlier agentlab (its schema_migrations records no "
-                          "checksums); make a fresh one (`python -m agentlab db reset` drops the kit's databases)"
-                          ) from None
-    who = "the core schema" if owner == CORE else f"domain {owner!r}"
-    for version, (name, checksum) in sorted(done.items()):
-        if version >= len(migrations):
-            raise DomainError(f"{who}: the database holds migration {version} ({name!r}), which the code no "
-                              "longer lists; migrations are append-only")
-        if migrations[version].checksum != checksum:
-            raise DomainError(f"{who}: migration {version} ({name!r}) was edited after it was applied; "
-                              "migrations are append-only: add a new one instead")
-    applied = []
-    for version, m in enumerate(migrations):
-        if version in done:
-            continue
-        with conn.transaction():
-            conn.execute(m.sql)
-            conn.execute(RECORD_MIGRATION, (owner, version, m.name, m.checksum))
-        applied.append(version)
-    return applied
 
 
 def migrate(conn: psycopg.Connection) -> list[int]:

@@ -14,7 +14,7 @@ lists them with the generic ones because the lab's tables and charts show billin
 =======================  =====================================================================
 ``unanswered_call``      a tool call id with no ToolMessage or several, or an answer to no call
 ``leak``                 a ToolMessage shows SQL, internal identifiers, DSNs, hosts, secrets or a
-                         stack trace (:func:`agentlab.core.errors.find_leaks`)
+                         stack trace (:func:`agentlab.core.leaks.find_leaks`)
 ``half_applied_batch``   (atomic policy) a batch whose answers mix applied and not applied calls
 ``ledger_mismatch``      (ledger on) a ledger row whose call the model was not told was applied, or
                          an applied call without its ledger row
@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from langchain_core.messages import AIMessage, ToolMessage
 
 from agentlab.core.domain import Violation
-from agentlab.core.errors import find_leaks
+from agentlab.core.leaks import find_leaks
 from agentlab.core.safeguards import Policy, Safeguards
 from agentlab.domains.billing import invariants as billing
 from agentlab.domains.billing.errors import INTERNAL_IDENTIFIERS as BILLING_IDENTIFIERS

@@ -47,8 +47,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from agentlab.core.agent_role import AGENT_ROLE, TENANT_SETTING
 from agentlab.core.isolation import TenantRequired, isolation_prelude, require_tenant
-from agentlab.core.schema import AGENT_ROLE, TENANT_SETTING
 from agentlab.domains.billing.tenancy import (  # noqa: F401 (their home moved; these names stay)
     EFFECT_COUNTS,
     SINCE,

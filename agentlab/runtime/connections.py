@@ -18,8 +18,8 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from agentlab.core.agent_role import AGENT_ROLE
 from agentlab.core.pools import connection_pool
-from agentlab.core.schema import AGENT_ROLE
 from agentlab.runtime.conninfo import (
     AGENT_PASSWORD_ENV,
     CONNECT_TIMEOUT_S,

@@ -102,13 +102,13 @@ def safe_dsn(url: str) -> str:
 
 
 def agent_conninfo(url: str) -> str:
-    """``url``'s server and database, logged in as the agent role (:data:`agentlab.core.schema.AGENT_ROLE`)
+    """``url``'s server and database, logged in as the agent role (:data:`agentlab.core.agent_role.AGENT_ROLE`)
     with its own credentials: the password in ``AGENTLAB_AGENT_PASSWORD`` when set, else none (a trust
     or peer rule, or the agent's line in a ``.pgpass`` file); never ``url``'s own password.
 
     Under an isolating preset the tools pool connects with it (case C45): a tool's SQL then runs in a session
     that *is* the least-privilege role, so ``RESET ROLE`` or ``SET ROLE <owner>`` has nothing to go back to."""
-    from agentlab.core.schema import AGENT_ROLE
+    from agentlab.core.agent_role import AGENT_ROLE
 
     params = conninfo_to_dict(url)
     params.pop("password", None)

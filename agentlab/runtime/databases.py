@@ -128,7 +128,7 @@ def template_comment(conn: psycopg.Connection, name: str) -> str | None:
 def _check_recorded(url: str, lists) -> None:
     """Read back what a just-built template recorded in ``schema_migrations``; raise RuntimeError unless
     each owner's checksums are exactly its list's."""
-    from agentlab.core.schema import applied_checksums
+    from agentlab.core.migrations import applied_checksums
 
     with psycopg.connect(url, autocommit=True) as conn:
         for owner, migrations in lists:
@@ -262,9 +262,9 @@ def hand_to_database_owner(url: str) -> int:
 def keep_private(conn: psycopg.Connection, name: str) -> None:
     """Make database ``name`` (just created by the connecting role, its owner) reachable by its owner, the
     superusers and the agent role only: ``REVOKE ALL ... FROM PUBLIC`` (a new database lets every role
-    connect) and ``GRANT CONNECT`` to :data:`agentlab.core.schema.AGENT_ROLE`, which the tools pool logs in as
+    connect) and ``GRANT CONNECT`` to :data:`agentlab.core.agent_role.AGENT_ROLE`, which the tools pool logs in as
     (case C52: on a shared server one attendee cannot open another's database)."""
-    from agentlab.core.schema import AGENT_ROLE
+    from agentlab.core.agent_role import AGENT_ROLE
 
     ident = sql.Identifier(name)
     conn.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(ident))

@@ -4,7 +4,7 @@
 :func:`room_sql` and builds the templates; ``room sql`` prints the same SQL for an instructor who runs it by
 hand; ``room teardown`` drops the attendees' databases and roles. What it makes (cases C51-C53):
 
-- :data:`agentlab.core.schema.AGENT_ROLE`, the cluster-wide agent role (``LOGIN``: the tools pool logs in as
+- :data:`agentlab.core.agent_role.AGENT_ROLE`, the cluster-wide agent role (``LOGIN``: the tools pool logs in as
   it), made here so that no attendee needs ``CREATEROLE``;
 - :data:`ROOM_ROLE`, ``NOLOGIN NOINHERIT``, a member of the agent role: its members may ``SET ROLE`` to the
   agent role but do not inherit its rights (its ``CONNECT`` on every attendee's database above all);
@@ -26,9 +26,9 @@ import time
 import psycopg
 from psycopg import sql
 
+from agentlab.core.agent_role import AGENT_ROLE
 from agentlab.core.budget import ENV_VAR as BUDGET_ENV
 from agentlab.core.budget import MIN_BUDGET
-from agentlab.core.schema import AGENT_ROLE
 from agentlab.runtime import db
 from agentlab.runtime.databases import database_rows
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from agentlab.core import errors
+from agentlab.core import errors, leaks
 from agentlab.core.errors import ErrorHints, Translation, rules_for
 
 FK_HINT = "a record named by an id does not exist; check the ids (LookupCustomer finds a customer)."
@@ -50,5 +50,5 @@ def translate(exc: BaseException, *, allowed_args: tuple[str, ...] = (), sanitiz
 
 
 def find_leaks(text: str, identifiers: Iterable[str] = ()) -> list[str]:
-    """:func:`agentlab.core.errors.find_leaks` flagging billing's :data:`INTERNAL_IDENTIFIERS` too."""
-    return errors.find_leaks(text, (*INTERNAL_IDENTIFIERS, *identifiers))
+    """:func:`agentlab.core.leaks.find_leaks` flagging billing's :data:`INTERNAL_IDENTIFIERS` too."""
+    return leaks.find_leaks(text, (*INTERNAL_IDENTIFIERS, *identifiers))

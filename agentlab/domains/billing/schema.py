@@ -17,13 +17,9 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from agentlab.core.schema import (
-    AGENT_ROLE,
-    LAX_SCHEMA,
-    STRICT_SCHEMA,
-    TENANT_PREDICATE,
-    Migration,
-)
+from agentlab.core.agent_role import AGENT_ROLE, TENANT_PREDICATE
+from agentlab.core.migrations import Migration
+from agentlab.core.schema import LAX_SCHEMA, STRICT_SCHEMA
 
 DATA_DIR = Path(__file__).resolve().parents[3] / "data"
 SEED_CUSTOMERS_CSV = DATA_DIR / "customers.csv"

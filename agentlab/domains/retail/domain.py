@@ -22,10 +22,10 @@ in another state on purpose, and the ``item_matches_variant`` invariant holds th
 
 from __future__ import annotations
 
+from agentlab.core.agent_role import AGENT_ROLE
 from agentlab.core.domain import Domain, Invariant, InvariantContext, Migration
 from agentlab.core.errors import ErrorHints
 from agentlab.core.scenario import PlannedCall, Scenario
-from agentlab.core.schema import AGENT_ROLE
 from agentlab.core.toolspec import Toolset, ToolSpec
 from agentlab.domains.retail.export import export_state as _export_state
 from agentlab.domains.retail.load import DATA_DIR, load_sync, read_tasks, schema_sql

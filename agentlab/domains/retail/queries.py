@@ -1,6 +1,6 @@
 """The retail tools' statements and the reads and locks their handlers share
-(:mod:`agentlab.domains.retail.tools`): an order, its items, a user's payment methods, a variant, each read
-plain or locked as the preset's locking asks.
+(:mod:`agentlab.domains.retail.read_tools`, :mod:`agentlab.domains.retail.write_tools`): an order, its
+items, a user's payment methods, a variant, each read plain or locked as the preset's locking asks.
 """
 
 from __future__ import annotations
