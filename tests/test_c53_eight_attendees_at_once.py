@@ -34,7 +34,10 @@ def _start(shared, n: int, app: str, out: Path) -> subprocess.Popen:
     with (out / "nbconvert.log").open("w") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "jupyter", "nbconvert", "--execute", "--to", "notebook", "--output-dir", str(out),
-             f"--ExecutePreprocessor.timeout={int(DEADLINE_S)}", str(NOTEBOOK)],
+             f"--ExecutePreprocessor.timeout={int(DEADLINE_S)}",
+             # the kernel's channels as sockets in the attendee's own folder, not TCP ports: eight clients picking
+             # free ports at once can pick the same one (a kernel then dies before replying to kernel_info)
+             "--KernelManager.transport=ipc", f"--KernelManager.ip={out / 'kernel'}", str(NOTEBOOK)],
             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=out)
 
 

@@ -129,9 +129,9 @@ class NetworkProvider:
     what races a payment in flight (a sibling call's error cancelling it), so the same seed gives the
     same table.
 
-    An answer is held back (``order_wait_s`` of loop time at most) while another request is on its way
-    to the provider or, once ``process_wire`` names the agent process's :class:`Wire`, while a statement
-    of that process is in flight: a sibling call still reading its invoice when the first call's provider
+    Once ``process_wire`` names the agent process's :class:`Wire` (one process uses the provider), an
+    answer is held back (``order_wait_s`` of loop time at most) while another request is on its way to
+    the provider or a statement of that process is in flight: a sibling call still reading its invoice when the first call's provider
     error arrives goes on to make its own request first, whatever the machine's load (the first answer
     read sets off the cancellations; everything the batch sent is done by then)."""
 
@@ -146,8 +146,9 @@ class NetworkProvider:
         return getattr(self._provider, name)
 
     def _elsewhere(self) -> list[asyncio.Future]:
-        statements = self.process_wire.in_flight() if self.process_wire is not None else []
-        return [*statements, *(f for f in self._travelling if not f.done())]
+        if self.process_wire is None:  # two processes share this provider (the concurrency family): no hold,
+            return []                  # their order is the rendezvous's to fix
+        return [*self.process_wire.in_flight(), *(f for f in self._travelling if not f.done())]
 
     async def _send(self, call: Callable[[], Any]) -> dict:
         on_its_way = asyncio.get_running_loop().create_future()
