@@ -38,15 +38,15 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.messages import HumanMessage
-from langgraph.errors import EmptyInputError
 from psycopg_pool import PoolTimeout
 
 from agentlab.core.batch import TransactionalToolsNode
-from agentlab.core.errors import SimulatedCrash, is_infrastructure
+from agentlab.core.errors import SimulatedCrash
 from agentlab.core.graph import run_config
-from agentlab.core.outbox import DrainStats, OutboxWorker
+from agentlab.core.outbox import OutboxWorker
 from agentlab.core.safeguards import Safeguards, preset
+from agentlab.lab import loop
+from agentlab.lab.clients.kit import KitClient
 from agentlab.lab.invariants import Violation, check_episode
 from agentlab.lab.process import AgentProcess, CrashableSaver, PoolPair
 from agentlab.runtime.harness import Episode, Harness
@@ -246,91 +246,19 @@ class Lab:
         thread_id = f"{fault.name}-{sg.name}-{uuid.uuid4().hex[:12]}"
         async with process.pool.connection() as conn:
             ids = await domain.create_rows(conn, sc, sg.schema)
-        node = process.node(sg)
         worker = OutboxWorker(process.pool, h.provider, thread_id=thread_id)
-        run = EpisodeRun(h, process, fault, sg, sc, seed, thread_id, ids, node, worker, rng)
+        run = EpisodeRun(h, process, fault, sg, sc, seed, thread_id, ids, process.node(sg), worker, rng)
         ep = Episode(sc.name, sg.name, thread_id, seed, ids, sg.schema, sc.tenant_id)
-        config = run_config(thread_id, tenant_id=sc.tenant_id)
-        episode_model = make_model(sc.script(ids), seed)
+        script = sc.script(ids)
+        episode_model = make_model(script, seed)
         prompt = sc.prompt if isinstance(episode_model, ScriptedChatModel) else prompt_for_model(sc, ids)
-        process.register(thread_id, episode_model, node)
-        active, state = process, None
-        try:
-            await fault.arm(run)
-            try:
-                state = await process.graph(sg).ainvoke({"messages": [HumanMessage(prompt)]}, config,
-                                                        durability=durability)
-            except SimulatedCrash:
-                run.crashed = True
-            except Exception as exc:
-                ep.error = f"{type(exc).__name__}: {exc}"
-                if fault.restarts_server and is_infrastructure(exc):
-                    state, ep.error = await self._resume_after_restart(run, process, config, durability, ep.error)
-            if run.crashed:
-                await fault.before_restart(run)
-                active = await self.restart_process()
-                resumed_node = active.node(sg)
-                if fault.rearms:  # the fault is in the code: the new process runs it too (Fault.rearms)
-                    run.process, run.node = active, resumed_node
-                    await fault.arm(run)
-                active.register(thread_id, make_model(sc.script(ids), seed), resumed_node)
-                try:
-                    try:
-                        state = await active.graph(sg).ainvoke(None, config, durability=durability)
-                    except EmptyInputError:  # no checkpoint (durability "exit"): nothing to resume
-                        if not fault.resubmits:
-                            raise
-                        # the user sends the prompt again; the model's tool call ids are new (case C23)
-                        run.notes["resume"] = "no checkpoint; the prompt was sent again"
-                        active.register(thread_id, make_model(sc.script(ids), seed + 1), active.node(sg))
-                        state = await active.graph(sg).ainvoke({"messages": [HumanMessage(prompt)]}, config,
-                                                               durability=durability)
-                except SimulatedCrash as exc:  # a rearmed fault struck again: the resumed process died too
-                    run.notes["crashed_again"] = True
-                    ep.error = f"SimulatedCrash: {exc}"
-                    state = None
-                except Exception as exc:
-                    ep.error = f"{type(exc).__name__}: {exc}"
-                    state = None
-            if state is None:
-                snapshot = await active.graph(sg).aget_state(config)
-                state = snapshot.values if snapshot is not None else {}
-            if sg.outbox:  # without the outbox no tool writes an outbox row: nothing to drain
-                ep.drain = await self._drain(run, active)
-        finally:
-            await fault.disarm(run)
-            process.release(thread_id)
-            if active is not process:
-                active.release(thread_id)
-        ep.error = ep.error or state.get("model_error")  # a turn that ended on an unreadable reply (C47)
-        ep.messages = list(state.get("messages", []))
-        ep.rollbacks_total = state.get("rollbacks_total", 0)
-        ep.escalated = bool(state.get("escalated", False))
-        violations = await check_episode(h.pool, ep, sc, sg, domain) if check else []
+        client = KitClient(self, run, ep, model=episode_model, script=script, durability=durability,
+                           config=run_config(thread_id, tenant_id=sc.tenant_id), make_model=make_model)
+        checker = (lambda e: check_episode(h.pool, e, sc, sg, domain)) if check else None
+        ep, violations = await loop.run(client, loop.Workload(sc, prompt), fault, checker)
         ep.wall_ms = (time.perf_counter() - t0) * 1000
         return FaultRun(fault.name, sg.name, sc, sg, ep, run.crashed, run.worker_crashed, run.notes, violations,
                         durability)
-
-    async def _resume_after_restart(self, run: EpisodeRun, process: AgentProcess, config: dict, durability: str,
-                                    error: str) -> tuple[dict | None, str | None]:
-        """The server restarted under the run, which ended on ``error``: the process lives on, so the user resumes
-        the thread from its checkpoint once (``ainvoke(None)``), as after any retriable error. Returns the state
-        and the error the episode ends on (None when the resume finished); ``notes["run_error"]`` keeps ``error``."""
-        run.notes["run_error"] = error
-        try:
-            return await process.graph(run.safeguards).ainvoke(None, config, durability=durability), None
-        except Exception as exc:  # noqa: BLE001 (the episode's row shows it, as for the first run)
-            return None, f"{type(exc).__name__}: {exc}"
-
-    async def _drain(self, run: EpisodeRun, active: AgentProcess) -> DrainStats:
-        try:
-            return await run.worker.drain()
-        except SimulatedCrash:
-            # the worker died after the provider call; a new worker in the restarted process drains again
-            run.worker_crashed = True
-            await run.fault.before_restart(run)
-            restarted = await self.restart_process()
-            return await OutboxWorker(restarted.pool, self.harness.provider, thread_id=run.thread_id).drain()
 
 
 async def run_fault(harness: Harness, fault, safeguards: Safeguards | str = "full", **kwargs) -> FaultRun:

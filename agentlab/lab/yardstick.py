@@ -52,27 +52,29 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.messages import HumanMessage, ToolMessage
+from langchain_core.messages import ToolMessage
 from psycopg_pool import AsyncConnectionPool, AsyncNullConnectionPool
 
 from agentlab.core import budget
 from agentlab.core.errors import SimulatedCrash
 from agentlab.core.outbox import OutboxWorker
-from agentlab.lab.agents import (
+from agentlab.lab import loop
+from agentlab.lab.agents import (  # as_domain_messages, describe_raised: importable from here as before
     AgentContext,
     AgentSpec,
-    as_domain_messages,
-    describe_raised,
+    as_domain_messages,  # noqa: F401
+    describe_raised,  # noqa: F401
     rename_script,
     resolve_agent,
 )
+from agentlab.lab.clients.graph_agent import GraphAgentClient
 from agentlab.lab.faults import Concurrent, fault_scenarios
 from agentlab.lab.invariants import KINDS, check_episode
 from agentlab.lab.process import CrashableSaver, PoolPair
 from agentlab.lab.runner import RunAccess
 from agentlab.lab.wire import NetworkProvider, Wire, WiredConnection
 from agentlab.lab.yardstick_faults import NA, YardstickFault, get_yardstick_fault
-from agentlab.runtime.harness import Episode, Harness, checkpointer_pool
+from agentlab.runtime.harness import Harness, checkpointer_pool
 from agentlab.runtime.models import prompt_for_model
 from agentlab.sim.model import ScriptedChatModel
 
@@ -169,6 +171,7 @@ class AgentRun(RunAccess):
     safeguards: Any = None
     raised: str | None = None
     crashed: bool = False
+    worker_crashed: bool = False
     violations: list = field(default_factory=list)
     messages: list = field(default_factory=list)
     notes: dict[str, Any] = field(default_factory=dict)
@@ -268,57 +271,13 @@ class Yardstick:
 
             config = run_config(out.thread_id, tenant_id=sc.tenant_id)
         durability = "sync" if yf.fault.resumes else "async"
-        before = set(asyncio.all_tasks())
-        processes: list[EpisodeProcess] = []
-        state: dict | None = None
-        try:
-            process = await self._process(processes)
-            out.saver = process.saver
-            out.network_provider.process_wire = process.wire
-            if "node_hooks" not in yf.needs:
-                await yf.fault.arm(out)  # before the build: a fault may change the provider the agent gets
-            graph = self._build(spec, process, script, seed, out)
-            if "node_hooks" in yf.needs:
-                await yf.fault.arm(out)
-            try:
-                state = await graph.ainvoke({"messages": [HumanMessage(self.prompt(sc, out.customer_ids))]}, config,
-                                            durability=durability)
-            except SimulatedCrash:
-                out.crashed = True
-            except Exception as exc:  # noqa: BLE001 (what the agent raised is a result)
-                out.raised = describe_raised(exc)
-            await self._quiet(before)
-            if out.crashed:
-                await yf.fault.before_restart(out)
-                process = await self._process(processes)
-                out.saver = process.saver
-                out.network_provider.process_wire = process.wire
-                out.agent_provider = None
-                graph = self._build(spec, process, script, seed, out)
-                try:
-                    state = await graph.ainvoke(None, config, durability=durability)
-                except Exception as exc:  # noqa: BLE001 (what the agent raised is a result)
-                    out.raised = describe_raised(exc)
-                    state = None
-                await self._quiet(before)
-            if state is None:
-                snapshot = await graph.aget_state(config)
-                state = snapshot.values if snapshot is not None else {}
-            if out.outbox:
-                try:
-                    await out.worker.drain()
-                except SimulatedCrash:
-                    await yf.fault.before_restart(out)
-                    await OutboxWorker(h.pool, out.network_provider, thread_id=out.thread_id).drain()
-            await h.events.flush()
-        finally:
-            await yf.fault.disarm(out)
-            for p in processes:
-                await p.close()
-        out.messages = list(state.get("messages", []))
-        ep = Episode(sc.name, spec.name, out.thread_id, seed, out.customer_ids, sg.schema, sc.tenant_id,
-                     messages=as_domain_messages(out.messages, dict(spec.tool_names)))
-        out.violations = await check_episode(h.pool, ep, sc, sg, h.domain)
+        client = GraphAgentClient(self, spec, out, needs=yf.needs, script=script, config=config, durability=durability)
+
+        async def checker(ep):
+            return await check_episode(h.pool, ep, sc, sg, h.domain)
+
+        _, out.violations = await loop.run(client, loop.Workload(sc, self.prompt(sc, out.customer_ids)), yf.fault,
+                                           checker)
         return out
 
     def prompt(self, scenario, customer_ids: list[int]) -> str:
@@ -326,12 +285,15 @@ class Yardstick:
         created (:func:`agentlab.runtime.models.prompt_for_model`), which a real model cannot guess."""
         return scenario.prompt if self.scripted else prompt_for_model(scenario, customer_ids)
 
-    async def _process(self, processes: list) -> EpisodeProcess:
+    async def open_process(self, processes: list) -> EpisodeProcess:
+        """A new agent process of the episode on the harness's database, appended to ``processes``."""
         p = await EpisodeProcess(self.harness.url).open()
         processes.append(p)
         return p
 
-    def _build(self, spec: AgentSpec, process: EpisodeProcess, script, seed: int, run: AgentRun, *, pool=None):
+    def build(self, spec: AgentSpec, process: EpisodeProcess, script, seed: int, run: AgentRun, *, pool=None):
+        """``spec``'s graph in ``process`` (on ``pool``, default the process's), its model playing ``script``;
+        ``run.node`` is the tools step the build exposed (None when it exposes none)."""
         ctx = AgentContext(self.make_model(script, seed), pool or process.pool, run.agent_provider or run.network_provider,
                            process.saver, self.harness.domain, self.harness.events,
                            safeguards=run.safeguards if spec.safeguards is not None else None)
@@ -339,7 +301,7 @@ class Yardstick:
         run.node = ctx.exposed.get("node")
         return graph
 
-    async def _quiet(self, before: set) -> None:
+    async def quiet(self, before: set) -> None:
         """Wait (at most :data:`QUIET_CAP_S`) for the work the agent left running, so that the checker
         reads an end state, not a moment of it."""
         left = _leftover_tasks(before)

@@ -104,9 +104,9 @@ async def run_two(ys: Any, spec: AgentSpec, fault: Concurrent, out: Any) -> Any:
     before = set(asyncio.all_tasks())
     try:
         for r in runs:  # both processes up before either run starts: neither gets a head start
-            process = await ys._process(processes)
+            process = await ys.open_process(processes)
             script = rename_script(r.scenario.script(ids), dict(spec.tool_names))
-            r.graph = ys._build(spec, process, script, r.seed, out, pool=gate.wrap(r.party, process.pool))
+            r.graph = ys.build(spec, process, script, r.seed, out, pool=gate.wrap(r.party, process.pool))
 
         async def play(r: Run) -> None:
             config = {"configurable": {"thread_id": r.thread_id, "tenant_id": r.scenario.tenant_id}}
@@ -129,7 +129,7 @@ async def run_two(ys: Any, spec: AgentSpec, fault: Concurrent, out: Any) -> Any:
                 gate.leave(r.party)
 
         await asyncio.gather(*(play(r) for r in runs))
-        await ys._quiet(before)
+        await ys.quiet(before)
         threads = list(dict.fromkeys(r.thread_id for r in runs))
         histories: dict[str, list] = {}
         for r in runs:
