@@ -24,6 +24,11 @@ One episode, in order::
     disarm, close                      nemesis.disarm(run), client.close()
     check                              checker(client.episode(state, drain))
 
+The workload of an episode is a domain's scenario chosen by the seed and prepared by the fault
+(:mod:`agentlab.lab.workloads.scenarios`); the checker is :func:`agentlab.lab.checker.episode_checker`'s (the
+generic kinds and the domain's invariants); the nemesis is the fault (:mod:`agentlab.lab.nemesis`, the catalog
+:mod:`agentlab.lab.faults`, which also takes a domain's own faults).
+
 What differs between agents (which process, which graph, how an error is written down) lives in the
 client; the loop holds what is the same for all of them. A fault acts on ``client.run`` (a
 :class:`agentlab.lab.runner.RunAccess`: the harness's pool and provider, the episode's thread, notes and

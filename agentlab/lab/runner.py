@@ -46,9 +46,11 @@ from agentlab.core.graph import run_config
 from agentlab.core.outbox import OutboxWorker
 from agentlab.core.safeguards import Safeguards, preset
 from agentlab.lab import loop
+from agentlab.lab.checker import episode_checker
 from agentlab.lab.clients.kit import KitClient
-from agentlab.lab.invariants import Violation, check_episode
+from agentlab.lab.invariants import Violation
 from agentlab.lab.process import AgentProcess, CrashableSaver, PoolPair
+from agentlab.lab.workloads import scenarios
 from agentlab.runtime.harness import Episode, Harness
 from agentlab.runtime.models import prompt_for_model
 from agentlab.sim.model import ScriptedChatModel
@@ -221,25 +223,22 @@ class Lab:
         at once (:func:`agentlab.lab.concurrency.run_concurrent`), each run holding its thread's lease under
         ``safeguards.run_lock``; a one-conversation episode has no second run to refuse and takes none.
         """
-        from agentlab.lab.faults import fault_scenarios, get_fault
+        from agentlab.lab.faults import get_fault
 
         await self.start()
         make_model = model or (lambda script, seed: ScriptedChatModel(script=script, seed=seed))
         fault = get_fault(fault, self.harness.domain) if isinstance(fault, str) else fault
         sg = fault.episode_safeguards(preset(safeguards) if isinstance(safeguards, str) else safeguards)
         await self.install(fault)
-        rng = random.Random(f"{seed}:{fault.name}")
         domain = self.harness.domain
-        if scenario is None:
-            scenario = rng.choice(fault_scenarios(fault, domain))
+        scenario, rng = scenarios.choose(self.harness, fault, seed=seed, scenario=scenario)
         if getattr(fault, "conversations", 1) > 1:  # two conversations at once (agentlab.lab.concurrency)
             from agentlab.lab.concurrency import run_concurrent
 
             ep, end_state, notes, violations = await run_concurrent(self, fault, sg, scenario=scenario, seed=seed,
                                                                      rng=rng, check=check, model=model)
             return FaultRun(fault.name, sg.name, end_state, sg, ep, False, False, notes, violations, "exit")
-        base = self.harness.scenario(scenario)
-        sc = fault.prepare(base.clean(), rng)
+        sc = scenarios.prepared(self.harness, fault, scenario, rng)
         durability = durability or fault.forced_durability or ("sync" if fault.resumes_graph(sg) else "exit")
         h, process = self.harness, self.process
         t0 = time.perf_counter()
@@ -254,8 +253,8 @@ class Lab:
         prompt = sc.prompt if isinstance(episode_model, ScriptedChatModel) else prompt_for_model(sc, ids)
         client = KitClient(self, run, ep, model=episode_model, script=script, durability=durability,
                            config=run_config(thread_id, tenant_id=sc.tenant_id), make_model=make_model)
-        checker = (lambda e: check_episode(h.pool, e, sc, sg, domain)) if check else None
-        ep, violations = await loop.run(client, loop.Workload(sc, prompt), fault, checker)
+        checker = episode_checker(h.pool, sc, sg, domain) if check else None
+        ep, violations = await loop.run(client, scenarios.workload(sc, prompt), fault, checker)
         ep.wall_ms = (time.perf_counter() - t0) * 1000
         return FaultRun(fault.name, sg.name, sc, sg, ep, run.crashed, run.worker_crashed, run.notes, violations,
                         durability)

@@ -45,7 +45,6 @@ handling); LangChain docs "Agents" (``create_agent``); PostgreSQL "pg_terminate_
 from __future__ import annotations
 
 import asyncio
-import random
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -67,12 +66,14 @@ from agentlab.lab.agents import (  # as_domain_messages, describe_raised: import
     rename_script,
     resolve_agent,
 )
+from agentlab.lab.checker import episode_checker
 from agentlab.lab.clients.graph_agent import GraphAgentClient
-from agentlab.lab.faults import Concurrent, fault_scenarios
-from agentlab.lab.invariants import KINDS, check_episode
+from agentlab.lab.faults import Concurrent
+from agentlab.lab.invariants import KINDS
 from agentlab.lab.process import CrashableSaver, PoolPair
 from agentlab.lab.runner import RunAccess
 from agentlab.lab.wire import NetworkProvider, Wire, WiredConnection
+from agentlab.lab.workloads import scenarios
 from agentlab.lab.yardstick_faults import NA, YardstickFault, get_yardstick_fault
 from agentlab.runtime.harness import Harness, checkpointer_pool
 from agentlab.runtime.models import prompt_for_model
@@ -242,9 +243,8 @@ class Yardstick:
         yf = get_yardstick_fault(fault) if isinstance(fault, str) else fault
         h = self.harness
         h.check_open()
-        rng = random.Random(f"{seed}:{yf.name}")
-        name = scenario or rng.choice(fault_scenarios(yf.fault, h.domain))
-        sc = yf.fault.prepare(h.scenario(name).clean(), rng)
+        name, rng = scenarios.choose(h, yf.fault, seed=seed, scenario=scenario, name=yf.name)
+        sc = scenarios.prepared(h, yf.fault, name, rng)
         out = AgentRun(spec.name, yf.name, sc, seed, harness=h)
         why = yf.not_applicable(spec, scripted_model=self.scripted)
         if why is not None:
@@ -272,12 +272,8 @@ class Yardstick:
             config = run_config(out.thread_id, tenant_id=sc.tenant_id)
         durability = "sync" if yf.fault.resumes else "async"
         client = GraphAgentClient(self, spec, out, needs=yf.needs, script=script, config=config, durability=durability)
-
-        async def checker(ep):
-            return await check_episode(h.pool, ep, sc, sg, h.domain)
-
-        _, out.violations = await loop.run(client, loop.Workload(sc, self.prompt(sc, out.customer_ids)), yf.fault,
-                                           checker)
+        _, out.violations = await loop.run(client, scenarios.workload(sc, self.prompt(sc, out.customer_ids)),
+                                           yf.fault, episode_checker(h.pool, sc, sg, h.domain))
         return out
 
     def prompt(self, scenario, customer_ids: list[int]) -> str:
