@@ -31,7 +31,7 @@ generic kinds and the domain's invariants); the nemesis is the fault (:mod:`agen
 
 What differs between agents (which process, which graph, how an error is written down) lives in the
 client; the loop holds what is the same for all of them. A fault acts on ``client.run`` (a
-:class:`agentlab.lab.runner.RunAccess`: the harness's pool and provider, the episode's thread, notes and
+:class:`RunAccess`: the harness's pool and provider, the episode's thread, notes and
 saver). A workload of two conversations at once (the concurrency family) has its own loop,
 :func:`agentlab.lab.concurrency.run_concurrent`.
 
@@ -49,7 +49,37 @@ from langgraph.errors import EmptyInputError
 
 from agentlab.core.errors import SimulatedCrash, is_infrastructure
 from agentlab.core.outbox import DrainStats, OutboxWorker
+from agentlab.lab.process import CrashableSaver
 from agentlab.runtime.harness import Episode
+
+
+class RunAccess:
+    """What a fault reaches through one episode's run, whichever runner made it (:class:`agentlab.lab.runner.EpisodeRun`,
+    :class:`agentlab.lab.clients.agent_process.AgentRun`): the harness's pool and provider, the preset's schema, and a process crash.
+    A subclass has ``harness``, ``safeguards``, ``thread_id`` and ``notes``, and names its saver in
+    :meth:`episode_saver`."""
+
+    def episode_saver(self) -> CrashableSaver:
+        raise NotImplementedError
+
+    @property
+    def pool(self):
+        return self.harness.pool
+
+    @property
+    def provider(self):
+        return self.harness.provider
+
+    @property
+    def schema(self) -> str:
+        return self.safeguards.schema
+
+    def crash(self, where: str) -> SimulatedCrash:
+        """The process dies here: its saver writes nothing more for this thread. Raise the result."""
+        self.episode_saver().kill(self.thread_id)
+        self.notes.setdefault("crashes", []).append(where)
+        return SimulatedCrash(f"simulated process crash {where} (thread {self.thread_id})")
+
 
 Checker = Callable[[Episode], Awaitable[list]]
 """``await checker(episode)`` -> the episode's violations (:func:`agentlab.lab.invariants.check_episode` with

@@ -41,7 +41,6 @@ from typing import Any
 from psycopg_pool import PoolTimeout
 
 from agentlab.core.batch import TransactionalToolsNode
-from agentlab.core.errors import SimulatedCrash
 from agentlab.core.graph import run_config
 from agentlab.core.outbox import OutboxWorker
 from agentlab.core.safeguards import Safeguards, preset
@@ -49,6 +48,7 @@ from agentlab.lab import loop
 from agentlab.lab.checker import episode_checker
 from agentlab.lab.clients.kit import KitClient
 from agentlab.lab.invariants import Violation
+from agentlab.lab.loop import RunAccess
 from agentlab.lab.process import AgentProcess, CrashableSaver, PoolPair
 from agentlab.lab.workloads import scenarios
 from agentlab.runtime.harness import Episode, Harness
@@ -57,34 +57,6 @@ from agentlab.sim.model import ScriptedChatModel
 
 # the agent process has a home of its own (issue 26); its names stay importable from here
 __all__ = ["AgentProcess", "CrashableSaver", "EpisodeRun", "FaultRun", "Lab", "PoolPair", "RunAccess", "run_fault"]
-
-
-class RunAccess:
-    """What a fault reaches through one episode's run, whichever runner made it (:class:`EpisodeRun`, the
-    yardstick's ``AgentRun``): the harness's pool and provider, the preset's schema, and a process crash.
-    A subclass has ``harness``, ``safeguards``, ``thread_id`` and ``notes``, and names its saver in
-    :meth:`episode_saver`."""
-
-    def episode_saver(self) -> CrashableSaver:
-        raise NotImplementedError
-
-    @property
-    def pool(self):
-        return self.harness.pool
-
-    @property
-    def provider(self):
-        return self.harness.provider
-
-    @property
-    def schema(self) -> str:
-        return self.safeguards.schema
-
-    def crash(self, where: str) -> SimulatedCrash:
-        """The process dies here: its saver writes nothing more for this thread. Raise the result."""
-        self.episode_saver().kill(self.thread_id)
-        self.notes.setdefault("crashes", []).append(where)
-        return SimulatedCrash(f"simulated process crash {where} (thread {self.thread_id})")
 
 
 @dataclass

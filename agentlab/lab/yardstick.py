@@ -44,22 +44,13 @@ handling); LangChain docs "Agents" (``create_agent``); PostgreSQL "pg_terminate_
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.messages import ToolMessage
-from psycopg_pool import AsyncConnectionPool, AsyncNullConnectionPool
-
-from agentlab.core import budget
-from agentlab.core.errors import SimulatedCrash
 from agentlab.core.outbox import OutboxWorker
 from agentlab.lab import loop
 from agentlab.lab.agents import (  # as_domain_messages, describe_raised: importable from here as before
-    AgentContext,
     AgentSpec,
     as_domain_messages,  # noqa: F401
     describe_raised,  # noqa: F401
@@ -67,148 +58,22 @@ from agentlab.lab.agents import (  # as_domain_messages, describe_raised: import
     resolve_agent,
 )
 from agentlab.lab.checker import episode_checker
-from agentlab.lab.clients.graph_agent import GraphAgentClient
+from agentlab.lab.clients.agent_process import (  # importable from here as before
+    QUIET_CAP_S,  # noqa: F401
+    AgentRun,
+    BudgetedWiredConnection,  # noqa: F401
+    EpisodeProcess,
+    YardstickSaver,  # noqa: F401
+    quiet,
+)
+from agentlab.lab.clients.graph_agent import GraphAgentClient, build_agent
 from agentlab.lab.faults import Concurrent
-from agentlab.lab.invariants import KINDS
-from agentlab.lab.process import CrashableSaver, PoolPair
-from agentlab.lab.runner import RunAccess
-from agentlab.lab.wire import NetworkProvider, Wire, WiredConnection
+from agentlab.lab.wire import NetworkProvider
 from agentlab.lab.workloads import scenarios
 from agentlab.lab.yardstick_faults import NA, YardstickFault, get_yardstick_fault
-from agentlab.runtime.harness import Harness, checkpointer_pool
+from agentlab.runtime.harness import Harness
 from agentlab.runtime.models import prompt_for_model
 from agentlab.sim.model import ScriptedChatModel
-
-QUIET_CAP_S = 5.0  # how long an episode waits for the work its agent left running
-
-
-# --------------------------------------------------------------------------- one agent process
-
-class YardstickSaver(CrashableSaver):
-    """The real ``AsyncPostgresSaver`` (via :class:`agentlab.lab.process.CrashableSaver`), where the
-    process can die on the way in: once a thread in :attr:`crash_at_tool_writes` hands it writes that
-    carry ToolMessages, the thread is dead in this process (nothing more is written for it) and
-    :class:`SimulatedCrash` is raised."""
-
-    def __init__(self, conn, **kwargs):
-        super().__init__(conn, **kwargs)
-        self.crash_at_tool_writes: set[str] = set()
-        self.crashed_here: set[str] = set()
-
-    async def aput_writes(self, config, writes, task_id, task_path: str = "") -> None:
-        thread_id = config["configurable"]["thread_id"]
-        if thread_id in self.crash_at_tool_writes and any(_has_tool_message(v) for _, v in writes):
-            self.crash_at_tool_writes.discard(thread_id)
-            self.kill(thread_id)
-            self.crashed_here.add(thread_id)
-        if thread_id in self.crashed_here:
-            raise self._crash(thread_id)
-        return await super().aput_writes(config, writes, task_id, task_path)
-
-    async def aput(self, config, checkpoint, metadata, new_versions):
-        # LangGraph hands writes to the saver in the background; the step's checkpoint (awaited before
-        # the next step under durability "sync") is where the dead process stops for certain
-        if config["configurable"]["thread_id"] in self.crashed_here:
-            raise self._crash(config["configurable"]["thread_id"])
-        return await super().aput(config, checkpoint, metadata, new_versions)
-
-    def _crash(self, thread_id: str) -> SimulatedCrash:
-        return SimulatedCrash(f"simulated process crash after the tools step, before its checkpoint (thread {thread_id})")
-
-
-def _has_tool_message(value: Any) -> bool:
-    if isinstance(value, ToolMessage):
-        return True
-    return isinstance(value, (list, tuple)) and any(isinstance(v, ToolMessage) for v in value)
-
-
-class BudgetedWiredConnection(budget.BudgetedConnection, WiredConnection):
-    """A wired connection that holds a slot of the connection budget (:mod:`agentlab.core.budget`)."""
-
-
-class EpisodeProcess(PoolPair):
-    """One agent process of an episode: its own autocommit pool (psycopg_pool's default size, four
-    connections, as a user opens one: ``AsyncConnectionPool(url, kwargs={"autocommit": True})``),
-    its checkpointer pool and saver."""
-
-    def __init__(self, url: str):
-        self.wire = Wire()
-        if budget.pooled_slots() is None:
-            self.pool = AsyncConnectionPool(url, kwargs={"autocommit": True}, open=False,
-                                            connection_class=WiredConnection, configure=self._configure)
-        else:  # AGENTLAB_MAX_CONNECTIONS: through the process's gate, nothing idle, as every pool of the kit
-            self.pool = AsyncNullConnectionPool(url, kwargs={"autocommit": True}, open=False, max_size=4,
-                                                connection_class=BudgetedWiredConnection, configure=self._configure)
-        self.checkpointer_pool = checkpointer_pool(url, max_size=2)
-        self.saver: YardstickSaver | None = None
-
-    async def _configure(self, conn) -> None:
-        conn.wire = self.wire
-
-    async def open(self) -> EpisodeProcess:
-        await self.open_pools()
-        self.saver = YardstickSaver(self.checkpointer_pool)
-        return self
-
-
-# --------------------------------------------------------------------------- one episode
-
-@dataclass
-class AgentRun(RunAccess):
-    """One episode of one agent under one fault: what a fault acts on while it runs, and the outcome.
-
-    ``pool`` is the harness's (another session: the lock holder, the killer); ``saver``, ``node`` and
-    ``worker`` are the episode's own. ``raised`` names what the agent's run raised (``None``: it ended).
-    ``status`` is ``"ran"`` or ``"n/a"`` (``reason`` says why)."""
-
-    agent: str
-    fault: str
-    scenario: Any = None
-    seed: int = 0
-    status: str = "ran"
-    reason: str = ""
-    thread_id: str = ""
-    customer_ids: list[int] = field(default_factory=list)
-    safeguards: Any = None
-    raised: str | None = None
-    crashed: bool = False
-    worker_crashed: bool = False
-    violations: list = field(default_factory=list)
-    messages: list = field(default_factory=list)
-    notes: dict[str, Any] = field(default_factory=dict)
-    harness: Any = None
-    saver: Any = None
-    node: Any = None
-    worker: Any = None
-    agent_provider: Any = None
-    network_provider: Any = None
-    outbox: bool = False
-    background: list = field(default_factory=list)
-
-    def episode_saver(self):
-        return self.saver
-
-    def counts(self) -> dict[str, int]:
-        """Violations by kind (every kind of :data:`agentlab.lab.invariants.KINDS`, then a domain's own)."""
-        c = Counter(v.kind for v in self.violations)
-        return {**{k: c.get(k, 0) for k in KINDS}, **{k: n for k, n in c.items() if k not in KINDS}}
-
-
-def _leftover_tasks(before: set) -> set:
-    """Tasks started since ``before`` that belong to the agent (not a pool's own workers)."""
-    current = asyncio.current_task()
-    out = set()
-    for t in asyncio.all_tasks() - before:
-        if t is current or t.done():
-            continue
-        coro = t.get_coro()
-        code = getattr(coro, "cr_code", None)
-        if code is not None and "psycopg_pool" in code.co_filename:
-            continue
-        if getattr(coro, "__qualname__", "") == "Event.wait":
-            continue  # a timed wait inside a pool's scheduler (asyncio.wait_for's own task), not work
-        out.add(t)
-    return out
 
 
 class Yardstick:
@@ -290,16 +155,9 @@ class Yardstick:
     def build(self, spec: AgentSpec, process: EpisodeProcess, script, seed: int, run: AgentRun, *, pool=None):
         """``spec``'s graph in ``process`` (on ``pool``, default the process's), its model playing ``script``;
         ``run.node`` is the tools step the build exposed (None when it exposes none)."""
-        ctx = AgentContext(self.make_model(script, seed), pool or process.pool, run.agent_provider or run.network_provider,
-                           process.saver, self.harness.domain, self.harness.events,
-                           safeguards=run.safeguards if spec.safeguards is not None else None)
-        graph = spec.build(ctx)
-        run.node = ctx.exposed.get("node")
-        return graph
+        return build_agent(spec, process, self.make_model(script, seed), run, self.harness.domain,
+                           self.harness.events, pool=pool)
 
     async def quiet(self, before: set) -> None:
-        """Wait (at most :data:`QUIET_CAP_S`) for the work the agent left running, so that the checker
-        reads an end state, not a moment of it."""
-        left = _leftover_tasks(before)
-        if left:
-            await asyncio.wait(left, timeout=QUIET_CAP_S)
+        """Wait for the work the agent left running (:func:`agentlab.lab.clients.agent_process.quiet`)."""
+        await quiet(before)

@@ -1,6 +1,6 @@
 """A LangGraph agent as the lab's client: the prebuilt ``ToolNode`` graph, LangChain's ``create_agent``, the kit
 under a preset or your own factory (:class:`agentlab.lab.agents.AgentSpec`), built as its user builds it; each
-life of it is a process of its own (:class:`agentlab.lab.yardstick.EpisodeProcess`: its pools, its saver), and
+life of it is a process of its own (:class:`agentlab.lab.clients.agent_process.EpisodeProcess`: its pools, its saver), and
 a crash resumes the thread in a new one.
 
 Played by :func:`agentlab.lab.loop.run`; ``Yardstick.run`` makes one per episode.
@@ -14,12 +14,24 @@ from typing import Any
 from langchain_core.messages import HumanMessage
 
 from agentlab.core.outbox import DrainStats, OutboxWorker
-from agentlab.lab.agents import as_domain_messages, describe_raised
+from agentlab.lab.agents import AgentContext, AgentSpec, as_domain_messages, describe_raised
 from agentlab.runtime.harness import Episode
 
 
+def build_agent(spec: AgentSpec, process, model, run, domain, events, *, pool=None):
+    """``spec``'s compiled graph in ``process`` (an :class:`agentlab.lab.clients.agent_process.EpisodeProcess`),
+    on ``pool`` (default the process's), with ``model``; the provider it is handed is ``run.agent_provider``
+    (a fault's) or else ``run.network_provider``. Sets ``run.node`` to the tools step the build exposed (None
+    when it exposes none)."""
+    ctx = AgentContext(model, pool or process.pool, run.agent_provider or run.network_provider, process.saver,
+                       domain, events, safeguards=run.safeguards if spec.safeguards is not None else None)
+    graph = spec.build(ctx)
+    run.node = ctx.exposed.get("node")
+    return graph
+
+
 class GraphAgentClient:
-    """One episode of a LangGraph agent. ``run`` is the :class:`agentlab.lab.yardstick.AgentRun` a fault acts
+    """One episode of a LangGraph agent. ``run`` is the :class:`agentlab.lab.clients.agent_process.AgentRun` a fault acts
     on (its ``raised`` names what the agent raised, :func:`agentlab.lab.agents.describe_raised`); ``needs``
     are the fault's (``"node_hooks"``: armed once the build exposed the tools step); ``durability`` is
     LangGraph's."""
