@@ -381,12 +381,16 @@ def main(args) -> int:
     for name in ("psycopg", "psycopg.pool"):  # killed backends and lost connections are the point here
         logging.getLogger(name).setLevel(logging.ERROR)
     from agentlab.core.errors import DomainError
+    from agentlab.lab.options import YARDSTICK_ONLY_FAULTS
     from agentlab.lab.parallel import default_workers, run_loop
     from agentlab.runtime.models import ModelUnavailable, model_from_args
 
     try:
         domain = resolve_domain(args.domain)
         faults = args.faults or faults_for(domain)
+        if agents_only := [f for f in faults if f in YARDSTICK_ONLY_FAULTS]:
+            raise ValueError(f"fault(s) {', '.join(agents_only)} run agents side by side: add --agent, e.g. "
+                             "--agent toolnode create_agent kit")
         for f in faults:
             fault_scenarios(get_fault(f, domain), domain)
         model = model_from_args(args)
@@ -403,7 +407,7 @@ def main(args) -> int:
     result = run_loop(run_experiment(
         args.episodes, args.presets, faults, seed=args.seed, concurrency=args.concurrency,
         progress=False if (args.no_progress or args.json) else None, workers=max(1, workers), domain=domain,
-        model=model,
+        model=model, durability=getattr(args, "durability", None),
     ))
     print(json.dumps(result.to_json(), default=str) if args.json else render(result), flush=True)
     if args.plot:  # after the table: a plot that cannot be written loses no result

@@ -13,7 +13,8 @@ from agentlab.core.safeguards import PRESETS
 from agentlab.lab.faults import CONCURRENCY_FAMILY, FAULTS, OPT_IN_FAULTS
 
 DEFAULT_CONCURRENCY = 32
-YARDSTICK_ONLY_FAULTS = ("refund_story",)  # faults of agentlab.lab.yardstick that the catalog does not hold
+YARDSTICK_ONLY_FAULTS = ("refund_story", "crash_inside_step")  # faults of agentlab.lab.yardstick the catalog does not hold
+DURABILITIES = ("sync", "async", "exit")  # LangGraph's durability modes
 
 
 class Distinct(argparse.Action):
@@ -84,6 +85,9 @@ def add_arguments(parser) -> None:
                         default=None, metavar="FAULT", action=Distinct,
                         help=f"faults to inject, each once (default: all: {' '.join(FAULTS)}; only when named: "
                         f"{' '.join(OPT_IN_FAULTS)}; two conversations at once, by name: {' '.join(CONCURRENCY_FAMILY)})")
+    parser.add_argument("--durability", choices=DURABILITIES, default=None,
+                        help="LangGraph's durability for every episode (default: per fault: sync where it resumes the "
+                        "thread); with --agent, crash_inside_step kills each agent's process for real")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--concurrency", type=positive_int, default=DEFAULT_CONCURRENCY,
                         help=f"episodes in flight at once (default {DEFAULT_CONCURRENCY})")

@@ -67,6 +67,7 @@ from agentlab.lab.clients.agent_process import (  # importable from here as befo
     quiet,
 )
 from agentlab.lab.clients.graph_agent import GraphAgentClient, build_agent
+from agentlab.lab.clients.process_death import ChildProcessClient
 from agentlab.lab.faults import Concurrent
 from agentlab.lab.wire import NetworkProvider
 from agentlab.lab.workloads import scenarios
@@ -74,6 +75,26 @@ from agentlab.lab.yardstick_faults import NA, YardstickFault, get_yardstick_faul
 from agentlab.runtime.harness import Harness
 from agentlab.runtime.models import prompt_for_model
 from agentlab.sim.model import ScriptedChatModel
+
+
+def _rebuilt_by_name(spec: AgentSpec, *, scripted_model: bool) -> str | None:
+    """Why ``spec`` cannot live in a child process (which rebuilds it from its name, :func:`rebuild_name`, and
+    plays the scripted model), or None when it can."""
+    if not scripted_model:
+        return "a crash by real process death replays the scripted model in each new process"
+    try:
+        again = resolve_agent(rebuild_name(spec))
+    except Exception:  # noqa: BLE001 (any failure to rebuild it means the same: n/a, with the reason)
+        again = None
+    if again is None or again.name != spec.name:
+        return (f"a child process rebuilds the agent from its name; {spec.name!r} is not one "
+                "(give it as 'package.module:factory')")
+    return None
+
+
+def rebuild_name(spec: AgentSpec) -> str:
+    """The name another process rebuilds ``spec`` from: its ``ref`` (``"package.module:factory"``), else its name."""
+    return spec.ref or spec.name
 
 
 class Yardstick:
@@ -93,12 +114,16 @@ class Yardstick:
         self._installed: set[str] = set()
 
     async def run(self, agent, fault: str | YardstickFault = "none", *, seed: int = 0,
-                  scenario: str | None = None) -> AgentRun:
+                  scenario: str | None = None, durability: str | None = None) -> AgentRun:
         """One episode of ``agent`` (see :func:`agentlab.lab.agents.resolve_agent`) under ``fault``, checked.
 
         The scenario is the fault's, chosen by ``seed`` as the failure lab chooses it (so every agent
         plays the same episode for one seed). Returns the :class:`AgentRun` (``status`` ``"n/a"`` with
-        its ``reason`` when the fault cannot apply to the agent).
+        its ``reason`` when the fault cannot apply to the agent). ``durability`` is LangGraph's (``"sync"``,
+        ``"async"``, ``"exit"``; default ``"sync"`` when the fault resumes the thread, else ``"async"``).
+        A fault with ``process_death`` runs every life of the agent in a child process
+        (:class:`agentlab.lab.clients.process_death.ChildProcessClient`): the agent must be one a name
+        rebuilds there (``toolnode``, ``create_agent``, ``kit:PRESET``, ``package.module:factory``).
 
         Raises:
             ValueError: an unknown fault or scenario.
@@ -112,6 +137,8 @@ class Yardstick:
         sc = scenarios.prepared(h, yf.fault, name, rng)
         out = AgentRun(spec.name, yf.name, sc, seed, harness=h)
         why = yf.not_applicable(spec, scripted_model=self.scripted)
+        if why is None and getattr(yf.fault, "process_death", False):
+            why = _rebuilt_by_name(spec, scripted_model=self.scripted)
         if why is not None:
             out.status, out.reason = NA, why
             return out
@@ -135,8 +162,14 @@ class Yardstick:
             from agentlab.core.graph import run_config
 
             config = run_config(out.thread_id, tenant_id=sc.tenant_id)
-        durability = "sync" if yf.fault.resumes else "async"
-        client = GraphAgentClient(self, spec, out, needs=yf.needs, script=script, config=config, durability=durability)
+        durability = durability or ("sync" if yf.fault.resumes else "async")
+        out.notes["durability"] = durability
+        if getattr(yf.fault, "process_death", False):  # every life of the agent a process of its own
+            client = ChildProcessClient(spec, out, script=script, config=config, durability=durability,
+                                        fault_name=yf.name, agent_name=rebuild_name(spec))
+        else:
+            client = GraphAgentClient(self, spec, out, needs=yf.needs, script=script, config=config,
+                                      durability=durability)
         _, out.violations = await loop.run(client, scenarios.workload(sc, self.prompt(sc, out.customer_ids)),
                                            yf.fault, episode_checker(h.pool, sc, sg, h.domain))
         return out

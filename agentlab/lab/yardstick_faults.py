@@ -35,6 +35,7 @@ from agentlab.lab.faults import (
     slow_shot,
 )
 from agentlab.lab.nemesis.base import ended_event
+from agentlab.lab.nemesis.death import CRASH_INSIDE_STEP
 
 NA = "n/a"
 SCRIPTED_REASON = "a hallucinated argument is scripted; a real model's arguments are its own"
@@ -185,12 +186,18 @@ YARDSTICK_FAULTS: dict[str, YardstickFault] = {
 }
 """The faults the yardstick runs, in table order."""
 
+YARDSTICK_OPT_IN: dict[str, YardstickFault] = {
+    "crash_inside_step": YardstickFault(CRASH_INSIDE_STEP),
+}
+"""Faults the yardstick runs only when named (not in the default table): ``crash_inside_step`` starts a process
+per life of the agent (:mod:`agentlab.lab.nemesis.death`), a few seconds an episode."""
+
 
 def register_fault(fault: Fault, *, needs: Iterable[str] = (), scripted: bool = False) -> None:
     """Add ``fault`` (a :class:`agentlab.lab.faults.Fault`: ``prepare``, ``arm``, ``before_restart``,
     ``disarm`` on the episode's :class:`AgentRun`) to :data:`YARDSTICK_FAULTS`; ``needs`` names the hooks
     an agent must expose for it (else its cell is ``n/a``). Raises ValueError if the name is taken."""
-    if fault.name in YARDSTICK_FAULTS:
+    if fault.name in YARDSTICK_FAULTS or fault.name in YARDSTICK_OPT_IN:
         raise ValueError(f"the yardstick already has a fault named {fault.name!r}")
     YARDSTICK_FAULTS[fault.name] = YardstickFault(fault, frozenset(needs), scripted)
 
@@ -198,6 +205,7 @@ def register_fault(fault: Fault, *, needs: Iterable[str] = (), scripted: bool = 
 def get_yardstick_fault(name: str) -> YardstickFault:
     """The named fault. Raises ValueError naming the known ones."""
     try:
-        return YARDSTICK_FAULTS[name]
+        return YARDSTICK_FAULTS[name] if name in YARDSTICK_FAULTS else YARDSTICK_OPT_IN[name]
     except KeyError:
-        raise ValueError(f"the yardstick has no fault {name!r}; choose one of: {', '.join(YARDSTICK_FAULTS)}") from None
+        raise ValueError(f"the yardstick has no fault {name!r}; choose one of: "
+                         f"{', '.join((*YARDSTICK_FAULTS, *YARDSTICK_OPT_IN))}") from None

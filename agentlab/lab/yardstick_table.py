@@ -134,7 +134,7 @@ def _row(run: AgentRun, episode: int) -> dict[str, Any]:
 async def run_yardstick(agents: Iterable = ("toolnode", "create_agent", "kit"), faults: Iterable[str] | None = None,
                         *, episodes: int = 1, seed: int = 0, url: str | None = None, domain=None,
                         model: Callable[[list, int], Any] | None = None,
-                        progress: bool | None = None) -> YardstickResult:
+                        progress: bool | None = None, durability: str | None = None) -> YardstickResult:
     """Run every agent under every fault, ``episodes`` episodes per cell, on one fresh database.
 
     Args:
@@ -147,6 +147,8 @@ async def run_yardstick(agents: Iterable = ("toolnode", "create_agent", "kit"), 
         model: ``model(script, seed)`` builds each episode's chat model (default: the scripted model).
         progress: show a tqdm bar, one step per episode (default: when stderr is a terminal; a notebook passes
             True: the whole table takes about a minute).
+        durability: LangGraph's durability for every episode (``"sync"``, ``"async"``, ``"exit"``; default the
+            yardstick's choice per fault, :meth:`Yardstick.run`).
 
     Raises:
         ValueError: an unknown fault, one given twice, or ``episodes`` below 1.
@@ -178,7 +180,7 @@ async def run_yardstick(agents: Iterable = ("toolnode", "create_agent", "kit"), 
         for yf in chosen:
             for spec in specs:
                 for i in range(episodes):
-                    run = await h.watched(ys.run(spec, yf, seed=episode_seed(seed, i)))
+                    run = await h.watched(ys.run(spec, yf, seed=episode_seed(seed, i), durability=durability))
                     rows.append(_row(run, i))
                     runs.append(run)
                     bar.update(1)
@@ -253,6 +255,7 @@ def main(args) -> int:
         print(f"agentlab chaos: {exc}", file=sys.stderr)
         return 2
     result = asyncio.run(run_yardstick(agents, faults, episodes=args.episodes, seed=args.seed, model=model,
+                                      durability=getattr(args, "durability", None),
                                       progress=False if (args.no_progress or args.json) else None))
     print(json.dumps(result.to_json(), default=str) if args.json else render(result), flush=True)
     return 0

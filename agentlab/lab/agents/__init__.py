@@ -71,6 +71,8 @@ class AgentSpec:
             domain's strict schema, no transaction, no ledger.
         exposes: hooks the agent lets faults use (the kit: ``{"node_hooks"}``).
         description: one line for the table's legend.
+        ref: the ``"package.module:factory"`` it was resolved from (None: a built-in name or an object), so
+            that another process can rebuild it (:mod:`agentlab.lab.clients.process_death`).
     """
 
     name: str
@@ -79,6 +81,7 @@ class AgentSpec:
     safeguards: Safeguards | None = None
     exposes: frozenset[str] = frozenset()
     description: str = ""
+    ref: str | None = None
 
     @property
     def checked_as(self) -> Safeguards:
@@ -155,7 +158,7 @@ def resolve_agent(agent: AgentSpec | str | Callable | Any, *, name: str | None =
             target = getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as exc:
             raise AgentlabError(f"agent {agent!r} does not load: {type(exc).__name__}: {exc}") from exc
-        return resolve_agent(target, name=name or attr)
+        return replace(resolve_agent(target, name=name or attr), ref=agent)
     from langgraph.graph import StateGraph
 
     if isinstance(agent, StateGraph):
