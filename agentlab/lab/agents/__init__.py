@@ -27,7 +27,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from agentlab.core.errors import AgentlabError
 from agentlab.core.safeguards import PRESETS, Safeguards, preset
 
-BASELINES = ("toolnode", "create_agent")
+BASELINES = ("toolnode", "create_agent", "create_agent_hardened")
 
 
 @dataclass
@@ -103,6 +103,13 @@ def _create_agent(ctx: AgentContext):
     return build_create_agent(ctx.model, billing_tools(ctx.pool, ctx.provider), checkpointer=ctx.checkpointer)
 
 
+def _create_agent_hardened(ctx: AgentContext):
+    from agentlab.lab.agents.billing_tools import billing_tools
+    from agentlab.lab.agents.create_agent import build_hardened_create_agent
+
+    return build_hardened_create_agent(ctx.model, billing_tools(ctx.pool, ctx.provider), checkpointer=ctx.checkpointer)
+
+
 def kit_agent(preset_name: str = "full") -> AgentSpec:
     """The kit's own agent (:func:`agentlab.core.graph.build_graph` on a
     :class:`agentlab.core.batch.TransactionalToolsNode`) under ``preset_name``. Raises ValueError
@@ -132,6 +139,10 @@ def baseline(name: str) -> AgentSpec:
     if name == "create_agent":
         return AgentSpec("create_agent", _create_agent, BASELINE_TOOL_NAMES,
                          description="LangChain create_agent, the same @tool functions")
+    if name == "create_agent_hardened":
+        return AgentSpec("create_agent_hardened", _create_agent_hardened, BASELINE_TOOL_NAMES,
+                         description="create_agent with ToolRetryMiddleware and ToolErrorMiddleware, as their docs "
+                         "compose them")
     raise ValueError(f"unknown baseline {name!r}; choose one of: {', '.join(BASELINES)}")
 
 
