@@ -65,6 +65,9 @@ _EXPORTS = {
     "core.toolspec": (
         "StrictArgs", "ToolContext", "ToolSpec", "Toolset", "tool",
     ),
+    "course.exercises": (
+        "check", "solution",
+    ),
     "demos.demo": (
         "render",
     ),
@@ -141,9 +144,6 @@ _EXPORTS = {
     ),
     "lab.checks": (
         "check_invariant",
-    ),
-    "lab.exercises": (
-        "check", "solution",
     ),
     "lab.durable_faults": (
         "DURABLE_FAULTS", "DURABLE_KINDS", "DurableFault", "DurableRun", "check_payout_run", "check_retention_race",

@@ -2,7 +2,7 @@
 
 ``check`` compared the learner's value with ``got == want``, so the learner's object decided: one whose
 ``__eq__`` always returns True passed every value, and ``True`` passed a count of 1. Values now compare
-by type and content (``agentlab.lab.exercises.values.same``), and a FAILED line shows the value given
+by type and content (``agentlab.course.exercises.values.same``), and a FAILED line shows the value given
 and the one expected, each with its type.
 """
 
@@ -13,8 +13,8 @@ import collections
 import numpy
 import pytest
 
-from agentlab.lab.exercises import check
-from agentlab.lab.exercises.values import described, same, shown
+from agentlab.course.exercises import check
+from agentlab.course.exercises.values import described, same, shown
 
 KEYS = ("refund_rows", "provider_refunds", "second_call")
 

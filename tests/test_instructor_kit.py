@@ -1,6 +1,6 @@
 """The instructor kit cannot rot: the slides' numbers come from the notebooks' stored outputs, every
 name the one-page reference lists exists in the code (and every safeguard and hook is listed), and the
-guide has a section for every notebook, naming exercises that exist in ``solutions/``."""
+guide has a section for every notebook, naming exercises that exist in ``agentlab/course/solutions/``."""
 
 from __future__ import annotations
 
@@ -149,24 +149,26 @@ def test_the_guide_has_a_section_per_notebook_with_its_parts():
 
 
 def test_each_solutions_file_the_guide_names_comes_after_its_exercises_solution_call():
-    """The attendee's path first: every ``solutions/`` function the guide names is preceded, in the same
-    parenthesis, by ``await solution("N.M")`` of the exercise whose reference solution it is, and the
+    """The attendee's path first: every ``agentlab/course/solutions/`` function the guide names is preceded,
+    in the same parenthesis, by ``await solution("N.M")`` of the exercise whose reference solution it is, and the
     ``Exercise N.M`` the sentence assigns is that id."""
-    from agentlab.lab.exercises import get_exercise
+    from agentlab.course.exercises import get_exercise
 
     named = re.findall(r'Exercise (\d+\.\d+)(?:(?!Exercise)[^(])*\(`await solution\("(\d+\.\d+)"[^`]*`;\s+instructor\'s\s+copy\s+'
-                       r"`solutions/(ex\d\d_\w+)\.py:(\w+)`", GUIDE)
-    assert len(named) == len(re.findall(r"`solutions/ex\d\d_\w+\.py:\w+`", GUIDE)) == 32
+                       r"`agentlab/course/solutions/(ex\d\d_\w+)\.py:(\w+)`", GUIDE)
+    assert len(named) == len(re.findall(r"`(?:\w+/)*solutions/ex\d\d_\w+\.py:\w+`", GUIDE)) == 32
     for assigned, called, module, function in named:
         assert assigned == called, (assigned, called)
-        assert get_exercise(called).solution == f"solutions.{module}:{function}", (called, module, function)
+        assert get_exercise(called).solution == f"agentlab.course.solutions.{module}:{function}", (called, module, function)
 
 
 def test_the_exercises_the_guide_assigns_exist():
-    """Every ``solutions/exNN_x.py`` function the guide names exists, and each notebook's exercise
-    headings are assigned (core or stretch)."""
-    for module, function in re.findall(r"`solutions/(ex\d\d_\w+)\.py:(\w+)`", GUIDE):
-        assert callable(getattr(importlib.import_module(f"solutions.{module}"), function)), (module, function)
+    """Every ``agentlab/course/solutions/exNN_x.py`` function the guide names exists (the file, and the function
+    in the installed kit), and each notebook's exercise headings are assigned (core or stretch)."""
+    for module, function in re.findall(r"`agentlab/course/solutions/(ex\d\d_\w+)\.py:(\w+)`", GUIDE):
+        assert (ROOT / "agentlab/course/solutions" / f"{module}.py").is_file(), module  # the file the guide names
+        module_path = f"agentlab.course.solutions.{module}"
+        assert callable(getattr(importlib.import_module(module_path), function)), (module, function)
     for path in NOTEBOOKS:
         headings = set()
         for cell in json.loads(path.read_text())["cells"]:

@@ -1,6 +1,6 @@
 """The package's layering is a checked fact: import-linter's contracts in ``.importlinter`` hold.
 
-Layers (lowest last): cli, bench, demos, lab, durable, runtime, sim, domains, core. A module imports
+Layers (lowest last): cli, bench, course, demos, lab, durable, runtime, sim, domains, core. A module imports
 only from its own layer or those below it, function-level imports counted; no package holds an import
 cycle between its modules; the domains are independent of one another.
 """

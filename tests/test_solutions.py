@@ -1,6 +1,7 @@
-"""The notebooks' exercises: each reference solution in ``solutions/``, run through ``check`` as a learner's
-function is (a fresh database per case), returns the values its notebook promises, which are written once,
-in ``agentlab/lab/exercises/nbNN.py``; the tests below them assert what a value comparison cannot."""
+"""The notebooks' exercises: each reference solution in ``agentlab/course/solutions/``, run through ``check``
+as a learner's function is (a fresh database per case), returns the values its notebook promises, which are
+written once, in ``agentlab/course/exercises/nbNN.py``; the tests below them assert what a value comparison
+cannot."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from agentlab.core.errors import find_leaks
-from agentlab.lab.exercises import check, exercises, get_exercise, reference, solution
-from solutions import (
+from agentlab.course.exercises import check, exercises, get_exercise, reference, solution
+from agentlab.course.solutions import (
     ex02_constraints,
     ex03_validation,
     ex10_safeguards,
@@ -39,14 +40,15 @@ def test_a_notebook_with_registered_exercises_states_stubs_and_checks_each_of_th
             assert any(re.search(rf"^(async )?def {e.function}\(", c, re.MULTILINE) for c in cells), (e.id, e.function)
             call = f'await check("{e.id}", {e.function}'  # then ")" or what the notebook gives, ", domain=PAYOUTS)"
             assert any(c == call + ")" or c.startswith(call + ", ") and c.endswith(")") for c in cells), e.id
-            assert not any(re.search(r"^from solutions", c, re.MULTILINE) for c in cells), path.name
+            assert not any(re.search(r"^\s*(from|import)\s+(agentlab\.course\.)?solutions\b", c, re.MULTILINE)
+                           for c in cells), path.name
 
 
 @pytest.mark.parametrize("exercise", EXERCISES, ids=[e.id for e in EXERCISES])
 async def test_each_reference_solution_passes_its_own_check(exercise, capsys):
     """The reference solution, run as ``check`` runs a learner's function (a fresh database per case),
     returns every value the notebook's statement promises; the expected values live in
-    ``agentlab/lab/exercises/nbNN.py`` alone."""
+    ``agentlab/course/exercises/nbNN.py`` alone."""
     # no per-case limit: what is checked is the values (10.1's experiment passed 60 s on a loaded machine)
     assert await check(exercise.id, reference(exercise), timeout_s=None)
     out = capsys.readouterr().out
@@ -144,8 +146,8 @@ async def test_ex15_2_hidden_rows_are_silent_and_a_foreign_tenant_row_is_refused
 
 async def test_ex16_1_the_learners_invariant_is_checked_on_a_clean_and_a_broken_episode(capsys):
     from agentlab import check_invariant
+    from agentlab.course.solutions.ex16_byo_tool import no_payout_without_its_intent
     from examples.payouts import DOMAIN
-    from solutions.ex16_byo_tool import no_payout_without_its_intent
 
     async def stub(ctx) -> list[str]:
         return []

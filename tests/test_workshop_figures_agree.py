@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agentlab.lab.exercises import exercises
+from agentlab.course.exercises import exercises
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

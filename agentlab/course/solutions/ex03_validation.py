@@ -8,10 +8,7 @@ from typing import Any
 from psycopg import sql
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from agentlab import new_customer, tool_calls
-from agentlab import translate
-from agentlab import preset
-from agentlab import Cents, CustomerId
+from agentlab import Cents, CustomerId, new_customer, preset, tool_calls, translate
 
 COUNT_MARCH_INVOICES = """
 SELECT count(*) AS n FROM {}.invoices
@@ -48,7 +45,7 @@ class TransferCredit(BaseModel):
     amount_cents: Cents
 
     @model_validator(mode="after")
-    def _two_customers(self) -> "TransferCredit":
+    def _two_customers(self) -> TransferCredit:
         if self.from_customer_id == self.to_customer_id:
             raise ValueError("to_customer_id must differ from from_customer_id; name the receiving customer")
         return self

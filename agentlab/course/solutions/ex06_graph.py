@@ -7,11 +7,7 @@ import uuid
 import psycopg
 from langchain_core.messages import AIMessage, HumanMessage
 
-from agentlab import customer_rows, new_customer
-from agentlab import build_graph, run_config
-from agentlab import ScriptedChatModel
-from agentlab import preset
-from agentlab import PlannedCall
+from agentlab import PlannedCall, ScriptedChatModel, build_graph, customer_rows, new_customer, preset, run_config
 
 LOCK_CUSTOMER = "SELECT * FROM customers WHERE id = %s FOR UPDATE"
 EVENT_COUNTS = """

@@ -7,13 +7,20 @@ import uuid
 
 from langchain_core.messages import HumanMessage
 
-from agentlab import APPROVAL, ApprovalPolicy, pending_requests, resume_command
-from agentlab import run_config
-from agentlab import thread_counts, thread_history
-from agentlab import ScriptedChatModel
-from agentlab import RetentionPolicy, apply_retention
-from agentlab import preset
-from agentlab import get_scenario
+from agentlab import (
+    APPROVAL,
+    ApprovalPolicy,
+    RetentionPolicy,
+    ScriptedChatModel,
+    apply_retention,
+    get_scenario,
+    pending_requests,
+    preset,
+    resume_command,
+    run_config,
+    thread_counts,
+    thread_history,
+)
 
 POLICY = RetentionPolicy(replayable_for_s=7 * 86400, delete_after_s=90 * 86400)
 
@@ -32,7 +39,7 @@ async def history_after_retention(h, idle_days: float) -> dict:
                         run_config(thread, tenant_id=scenario.tenant_id), durability="sync")
     await h.worker.drain()
     before = await thread_history(graph, thread, tenant_id=scenario.tenant_id)
-    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=idle_days)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=idle_days)
     report = await apply_retention(h.saver, h.pool, POLICY, now=later)
     after = await thread_history(graph, thread, tenant_id=scenario.tenant_id)
     counts = await thread_counts(h.pool, thread, ids)
@@ -58,7 +65,7 @@ async def waiting_thread_survives(h, idle_days: float = 200) -> dict:
     config = run_config(waiting, tenant_id=APPROVAL.tenant_id)
     await graph.ainvoke({"messages": [HumanMessage(APPROVAL.prompt)]}, config, durability="sync")
     finished = await h.run_episode("refund", sg, durability="sync")
-    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=idle_days)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=idle_days)
     report = await apply_retention(h.saver, h.pool, POLICY, now=later)
     left = len(await thread_history(graph, waiting, tenant_id=APPROVAL.tenant_id))
     pending = len(await pending_requests(graph, config))

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from agentlab import customer_rows, new_customer, tool_calls
-from agentlab import preset
+from agentlab import customer_rows, new_customer, preset, tool_calls
 
 COMMIT_ROLLED_BACK = "SELECT count(*) AS n FROM events WHERE thread_id = %s AND outcome = 'commit_rolled_back'"
 APRIL_INVOICES = "SELECT count(*) AS n FROM invoices WHERE customer_id = %s AND billing_period = '2026-04-01'"

@@ -7,8 +7,7 @@ import uuid
 import psycopg
 from psycopg import sql
 
-from agentlab import new_customer, tool_calls
-from agentlab import preset
+from agentlab import new_customer, preset, tool_calls
 
 REFUND_REFERENCE = "RMA-2001"
 COUNT_REFUNDS = "SELECT count(*) AS n FROM {}.refunds WHERE customer_id = %s AND reference = %s"

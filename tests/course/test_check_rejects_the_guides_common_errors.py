@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from agentlab.lab.exercises import check, get_exercise, solution_source
+from agentlab.course.exercises import check, get_exercise, solution_source
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = (ROOT / "instructor" / "GUIDE.md").read_text()

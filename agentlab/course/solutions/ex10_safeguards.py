@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from agentlab import run_experiment
-from agentlab import preset
+from agentlab import preset, run_experiment
 
 LEDGER_KINDS = ("unreported_effect", "ledger_mismatch", "half_applied_batch")
 

@@ -6,10 +6,16 @@ import uuid
 
 from langchain_core.messages import HumanMessage, ToolMessage
 
-from agentlab import APPROVAL, ApprovalPolicy, interrupts_of, resume_command
-from agentlab import run_config
-from agentlab import ScriptedChatModel, classify
-from agentlab import preset
+from agentlab import (
+    APPROVAL,
+    ApprovalPolicy,
+    ScriptedChatModel,
+    classify,
+    interrupts_of,
+    preset,
+    resume_command,
+    run_config,
+)
 
 COUNTS = """
 SELECT (SELECT count(*) FROM refunds WHERE customer_id = %(customer)s) AS refunds,

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from agentlab import new_customer
-from agentlab import SimulatedCrash
-from agentlab import RowLock, notice_model, payout_effects, payout_input, store_credit_payout
-from agentlab import Backoff, SagaRunner
+from agentlab import (
+    Backoff,
+    RowLock,
+    SagaRunner,
+    SimulatedCrash,
+    new_customer,
+    notice_model,
+    payout_effects,
+    payout_input,
+    store_credit_payout,
+)
 
 OPENING_CENTS = 5000
 RUNNER = {"lock_timeout_ms": 100, "retry": Backoff(max_attempts=4, initial_s=0.05),

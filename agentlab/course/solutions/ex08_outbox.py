@@ -5,11 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from agentlab import new_customer, tool_calls
-from agentlab import SimulatedCrash
-from agentlab import OutboxWorker
-from agentlab import preset
-from agentlab import charge_dedupe_key
+from agentlab import OutboxWorker, SimulatedCrash, charge_dedupe_key, new_customer, preset, tool_calls
 
 OUTBOX_ROW = "SELECT status FROM outbox WHERE dedupe_key = %s"
 

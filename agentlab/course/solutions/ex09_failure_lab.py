@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from agentlab import lab_run
-from agentlab import get_fault
-from agentlab import PRESETS
+from agentlab import PRESETS, get_fault, lab_run
 
 
 async def first_safe_preset(h, fault: str, *, seeds=(0, 1)) -> dict:

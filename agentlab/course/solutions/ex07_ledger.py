@@ -6,13 +6,17 @@ import uuid
 
 from langchain_core.messages import HumanMessage
 
-from agentlab import customer_rows, new_customer
-from agentlab import SimulatedCrash
-from agentlab import build_graph, run_config
-from agentlab import Harness
-from agentlab import ScriptedChatModel
-from agentlab import preset
-from agentlab import PlannedCall
+from agentlab import (
+    Harness,
+    PlannedCall,
+    ScriptedChatModel,
+    SimulatedCrash,
+    build_graph,
+    customer_rows,
+    new_customer,
+    preset,
+    run_config,
+)
 
 OPENING_CREDIT_CENTS = 5000
 LEDGER_ROWS = "SELECT count(*) AS n FROM tool_executions WHERE thread_id = %s"

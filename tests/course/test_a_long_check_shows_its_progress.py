@@ -4,8 +4,8 @@ a notebook's stored output stays the one line it was."""
 
 from __future__ import annotations
 
-import agentlab.lab.exercises as exercises
-from agentlab.lab.exercises import check
+import agentlab.course.exercises as exercises
+from agentlab.course.exercises import check
 
 
 async def _wrong(h, fault):
