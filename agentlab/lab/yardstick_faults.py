@@ -23,18 +23,16 @@ from agentlab.core.errors import SimulatedCrash
 from agentlab.lab.agents import AgentSpec
 from agentlab.lab.faults import (
     CONCURRENCY_FAULTS,
-    POLL_S,
     SLOW_ARM,
     SLOW_DISARM,
     TERMINATE,
-    WAIT_CAP_S,
     DiesAfterPayment,
     Fault,
     SlowStatement,
     get_fault,
     slow_shot,
 )
-from agentlab.lab.nemesis.base import ended_event
+from agentlab.lab.nemesis.base import ended_event, poll_until
 
 NA = "n/a"
 SCRIPTED_REASON = "a hallucinated argument is scripted; a real model's arguments are its own"
@@ -65,18 +63,18 @@ class KillDuringStatement(SlowStatement):
 
         over = ended_event(run)
 
+        async def kill() -> bool:
+            async with run.pool.connection() as conn:
+                row = await (await conn.execute(SLOW_PID, (customer,))).fetchone()
+                if row is None:
+                    return False
+                done = (await (await conn.execute(TERMINATE, (row[0],))).fetchone())[0]
+                run.notes["killed_pid"], run.notes["terminated"] = row[0], bool(done)
+                return True
+
         async def control() -> None:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + WAIT_CAP_S
             try:
-                while loop.time() < deadline and not over.is_set():
-                    async with run.pool.connection() as conn:
-                        row = await (await conn.execute(SLOW_PID, (customer,))).fetchone()
-                        if row is not None:
-                            done = (await (await conn.execute(TERMINATE, (row[0],))).fetchone())[0]
-                            run.notes["killed_pid"], run.notes["terminated"] = row[0], bool(done)
-                            return
-                    await asyncio.sleep(POLL_S)
+                await poll_until(over, kill)
             finally:
                 with contextlib.suppress(Exception):
                     async with run.pool.connection() as conn:
