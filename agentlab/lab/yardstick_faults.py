@@ -149,12 +149,15 @@ class YardstickFault:
 @dataclass(frozen=True)
 class AsScripted(Fault):
     """The scenario as its script has it, hallucination included (refund: the customer id of the refund
-    sent as text with a stray quote, ``"12'"``): the kit's seed story."""
+    sent as text with a stray quote, ``"12'"``): the kit's seed story. ``domain``: the domain whose scenario
+    it plays, as :func:`agentlab.runtime.domains.resolve_domain` takes it (None: the default, billing)."""
+
+    domain: str | None = None
 
     def prepare(self, scenario, rng: random.Random):
-        from agentlab.domains.billing.scenarios import get_scenario
+        from agentlab.runtime.domains import resolve_domain
 
-        return get_scenario(scenario.name)
+        return resolve_domain(self.domain).get_scenario(scenario.name)
 
 
 _SCRIPTED = ("wrong_type", "negative_amount", "stray_quote", "other_tenant_id", "check_violation",
