@@ -21,6 +21,9 @@ globals to learn about it:
   code's bookkeeping; one of a generic kind (``payment_count``, say) replaces the lab's generic check of
   that kind for the domain;
 - ``export_state(conn, ids) -> dict``: the domain's state as JSON, for a report or a hash;
+- ``episode_rows(conn, ids, schema) -> list[dict]``: the episode's own rows as a lab result shows them, one
+  dict per row (billing: each customer with its records and its payments at the provider); without it, the
+  lab shows ``export_state``, or the rows' ids;
 - ``faults``: the faults that fit the domain: names of the lab's generic faults, and :class:`Fault` values of
   its own (a hallucination its tools invite, a row its invariants guard held by another session...), which
   the lab's one registry, its chaos table and its widget take as they take the lab's own;
@@ -180,6 +183,7 @@ class Domain:
     seed_files: tuple[str | Path, ...] = ()
     invariants: tuple[Invariant, ...] = ()
     export_state: Callable[[Any, list[int]], Awaitable[dict]] | None = None
+    episode_rows: Callable[[Any, list[int], str], Awaitable[list[dict]]] | None = None
     faults: tuple[str | Fault, ...] | None = None
     tenant_id: str = "acme"
     description: str = ""
