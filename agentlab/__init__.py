@@ -81,6 +81,9 @@ _EXPORTS = {
     "domains.billing.errors": (
         "RULES", "find_leaks", "translate",
     ),
+    "domains.billing.rows": (
+        "customer_rows", "new_customer",
+    ),
     "domains.billing.scenarios": (
         "CustomerSpec", "Intended", "SCENARIOS", "get_scenario",
     ),
@@ -119,7 +122,7 @@ _EXPORTS = {
         "compensation_needed_frame", "saga_chart", "saga_log_frame", "saga_steps_frame",
     ),
     "lab.batches": (
-        "batch_frame", "customer_rows", "new_customer", "steps_frame", "tool_calls",
+        "batch_frame", "steps_frame", "tool_calls",
     ),
     "lab.tau2": (
         "TaskRun", "Tau2Result", "run_task", "run_tau2",

@@ -21,9 +21,15 @@ globals to learn about it:
   code's bookkeeping; one of a generic kind (``payment_count``, say) replaces the lab's generic check of
   that kind for the domain;
 - ``export_state(conn, ids) -> dict``: the domain's state as JSON, for a report or a hash;
+- ``episode_rows(conn, ids, schema) -> list[dict]``: the episode's own rows as a lab result shows them, one
+  dict per row (billing: each customer with its records and its payments at the provider); without it, the
+  lab shows ``export_state``, or the rows' ids;
 - ``faults``: the faults that fit the domain: names of the lab's generic faults, and :class:`Fault` values of
   its own (a hallucination its tools invite, a row its invariants guard held by another session...), which
   the lab's one registry, its chaos table and its widget take as they take the lab's own;
+- ``races``: the domain's own races for the lab's concurrency family (:class:`agentlab.core.races.Races`: their
+  rows, the two conversations' scenarios, where they meet, their invariants); None: it plays the family's
+  default races, billing's, on its scenarios;
 - ``error_hints``: :class:`agentlab.core.errors.ErrorHints`, what the translator tells the model for the
   domain's own constraints and which of its internal names must never reach it (the core's generic
   texts answer every constraint it does not name).
@@ -50,6 +56,7 @@ from agentlab.core.errors import DomainError, ErrorHints
 from agentlab.core.isolation import unisolated_tables
 from agentlab.core.leaks import find_leaks
 from agentlab.core.migrations import CORE, Migration, apply_migrations
+from agentlab.core.races import Races
 from agentlab.core.toolspec import Toolset
 
 
@@ -180,6 +187,8 @@ class Domain:
     seed_files: tuple[str | Path, ...] = ()
     invariants: tuple[Invariant, ...] = ()
     export_state: Callable[[Any, list[int]], Awaitable[dict]] | None = None
+    episode_rows: Callable[[Any, list[int], str], Awaitable[list[dict]]] | None = None
+    races: Races | None = None
     faults: tuple[str | Fault, ...] | None = None
     tenant_id: str = "acme"
     description: str = ""
@@ -203,6 +212,8 @@ class Domain:
                         raise DomainError(f"domain {self.name!r}: scenario {sname!r} calls {call.tool!r}, "
                                           f"which is not one of its tools ({', '.join(self.toolset)})")
         self._validate_faults()
+        if self.races is not None and not isinstance(self.races, Races):
+            raise DomainError(f"domain {self.name!r}: races must be an agentlab.core.races.Races or None")
         kinds = [inv.kind for inv in self.invariants]
         if len(kinds) != len(set(kinds)):
             raise DomainError(f"domain {self.name!r}: two invariants share a kind ({kinds})")

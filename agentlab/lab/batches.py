@@ -15,33 +15,24 @@ run; a thread reusing an id meets the idempotency ledger (a replay), as a real r
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from psycopg import sql
-
-from agentlab.core.schema import LAX_SCHEMA, STRICT_SCHEMA
-from agentlab.domains.billing.scenarios import INSERT_CUSTOMER
+from agentlab.domains.billing.rows import (  # noqa: F401 (billing's helpers, moved there; importable here as before)
+    CUSTOMER_ROWS,
+    INSERT_CUSTOMER_WITH_ID,
+    customer_rows,
+    new_customer,
+    schema_for,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from agentlab.core.batch import BatchResult
-    from agentlab.core.safeguards import Safeguards
 
 BATCH_COLUMNS = ("call", "tool", "outcome", "category", "message")
 STEP_COLUMNS = ("step", "tool", "args", "outcome", "message")
-
-CUSTOMER_ROWS = """
-SELECT c.id AS customer_id, c.credit_cents,
-       (SELECT count(*) FROM {s}.invoices i WHERE i.customer_id = c.id) AS invoices,
-       (SELECT coalesce(string_agg(i.billing_period::text, ', ' ORDER BY i.id), '')
-          FROM {s}.invoices i WHERE i.customer_id = c.id) AS billing_periods,
-       (SELECT count(*) FROM {s}.credit_memos m WHERE m.customer_id = c.id) AS credit_memos,
-       (SELECT count(*) FROM {s}.refunds r WHERE r.customer_id = c.id) AS refunds
-FROM {s}.customers c WHERE c.id = ANY(%s)
-"""
-
 
 def tool_calls(*calls: tuple[str, Mapping[str, Any]], prefix: str = "call") -> list[dict]:
     """Tool calls in the shape of ``AIMessage.tool_calls``: ``{"name", "args", "id", "type"}``.
@@ -79,67 +70,3 @@ def steps_frame(messages: Sequence[Any]) -> pd.DataFrame:
     rows = [(n, c["tool"], c["args"], c["outcome"], c["reply"])
             for n, step in enumerate(steps(list(messages)), 1) for c in step["calls"]]
     return pd.DataFrame(rows, columns=list(STEP_COLUMNS))
-
-
-INSERT_CUSTOMER_WITH_ID = "INSERT INTO {schema}.customers (id, tenant_id, name, credit_cents) VALUES (%s, %s, %s, %s)"
-
-
-def schema_for(preset: Safeguards | str | None = None, schema: str | None = None) -> str | None:
-    """The schema a helper writes to or reads from: ``preset``'s (``public`` with constraints, ``lax``
-    without), or ``schema``; None when neither is given.
-
-    Raises:
-        ValueError: both are given and ``schema`` is not the one ``preset``'s tools work on, or
-            ``schema`` is neither ``public`` nor ``lax``.
-    """
-    from agentlab.core.safeguards import preset as named_preset
-
-    if schema is not None and schema not in (STRICT_SCHEMA, LAX_SCHEMA):
-        raise ValueError(f"schema must be {STRICT_SCHEMA!r} or {LAX_SCHEMA!r}, not {schema!r}")
-    if preset is None:
-        return schema
-    sg = named_preset(preset) if isinstance(preset, str) else preset
-    if schema is not None and schema != sg.schema:
-        raise ValueError(f"preset {sg.name!r} works on the schema {sg.schema!r}; schema={schema!r} would put the "
-                         f"rows where its tools do not look (pass only preset=)")
-    return sg.schema
-
-
-async def new_customer(h, credit_cents: int = 5000, *, preset: Safeguards | str | None = None,
-                       schema: str | None = None, tenant_id: str = "acme", name: str = "Workshop customer") -> int:
-    """Insert one customer with ``credit_cents`` of store credit where the tools will look; return its id.
-
-    With ``preset`` (a :class:`agentlab.core.safeguards.Safeguards` or its name), the row goes to
-    the schema that preset's tools work on (``lax`` for the presets without constraints, else
-    ``public``); with ``schema``, to that one. With neither, the same customer (one id: both schemas
-    share one id sequence) is inserted into both, so a batch under any preset finds it; each preset's
-    batches then change only its own copy (read it back with :func:`customer_rows` and the same
-    ``preset``). ``h`` is a :class:`agentlab.runtime.harness.Harness` (its business pool is used).
-
-    Raises:
-        ValueError: ``preset`` and ``schema`` disagree (the message names both schemas).
-        psycopg.errors.CheckViolation: a negative ``credit_cents`` into ``public`` (its CHECK).
-    """
-    target = schema_for(preset, schema)
-    first = target or STRICT_SCHEMA
-    async with h.pool.connection() as conn, conn.transaction():
-        cur = await conn.execute(sql.SQL(INSERT_CUSTOMER).format(schema=sql.Identifier(first)),
-                                 (tenant_id, name, credit_cents))
-        customer_id = (await cur.fetchone())[0]
-        if target is None:
-            await conn.execute(sql.SQL(INSERT_CUSTOMER_WITH_ID).format(schema=sql.Identifier(LAX_SCHEMA)),
-                               (customer_id, tenant_id, name, credit_cents))
-    return customer_id
-
-
-async def customer_rows(h, customer_ids: Iterable[int], *, schema: str | None = None,
-                        preset: Safeguards | str | None = None) -> pd.DataFrame:
-    """What ``preset``'s schema (or ``schema``; default ``public``) holds for ``customer_ids``, one row
-    each in the order given: ``customer_id``,
-    ``credit_cents``, ``invoices`` (count), ``billing_periods`` (ISO dates, comma-separated),
-    ``credit_memos`` and ``refunds`` (counts). Read from the database, never from the code's bookkeeping."""
-    ids = list(customer_ids)
-    schema = schema_for(preset, schema) or STRICT_SCHEMA
-    frame = await h.df(sql.SQL(CUSTOMER_ROWS).format(s=sql.Identifier(schema)), (ids,))
-    order = {cid: n for n, cid in enumerate(ids)}
-    return frame.sort_values("customer_id", key=lambda col: col.map(order)).reset_index(drop=True)

@@ -43,8 +43,9 @@ the row lock or ``serializable`` for ``write_skew`` (repeatable read lets it thr
 
 On the retail domain (``chaos --domain retail``) the same faults play retail's own races on rows each
 episode makes for itself, met at the tools' first writes, and checked by the retail invariants
-(:mod:`agentlab.domains.retail.concurrency`, :func:`run_retail_concurrent`); ``write_skew`` does not apply
-there and :func:`domain_races` refuses it with the reason.
+(:mod:`agentlab.domains.retail.concurrency`), which the domain hands the lab as ``Domain.races``
+(:class:`agentlab.core.races.Races`, played by :func:`run_domain_races`); ``write_skew`` does not apply there
+and :func:`domain_races` refuses it with the reason.
 
 Sources: PostgreSQL docs "Transaction Isolation", "Explicit Locking", "Serializable Snapshot Isolation"
 (wiki SSI; Ports and Grittner, VLDB 2012), ``pg_blocking_pids``; Kingsbury, Jepsen analyses.
@@ -70,7 +71,7 @@ from agentlab.core.outbox import OutboxWorker
 from agentlab.core.run_lock import ThreadBusy, thread_lease
 from agentlab.core.scenario import Scenario
 from agentlab.domains.billing.limits import DAILY_REFUND_CAP_CENTS
-from agentlab.lab.faults import (  # noqa: F401 (CONCURRENCY_FAULTS, RENDEZVOUS_S, domain_races re-exported)
+from agentlab.lab.faults import (  # noqa: F401 (importable from here as before)
     CONCURRENCY_FAULTS,
     DOMAIN_RACES,
     RENDEZVOUS_S,
@@ -165,13 +166,13 @@ async def run_concurrent(lab, fault: Concurrent, sg, *, scenario: str, seed: int
     conversations at once, the outbox drained, the invariants of the billing checker plus :data:`KINDS`.
     Returns ``(episode, end state scenario, notes, violations)``; the runner makes its FaultRun of them.
     ``notes`` holds ``rendezvous`` (what the barrier did), ``refused`` (conversations the thread lease
-    refused), ``errors`` and ``threads``. A domain with races of its own (retail:
-    :data:`agentlab.domains.retail.concurrency.RACES`) plays them instead (:func:`run_retail_concurrent`)."""
+    refused), ``errors`` and ``threads``. A domain with races of its own (``domain.races``; retail's:
+    :data:`agentlab.domains.retail.concurrency.CONCURRENCY`) plays them instead (:func:`run_domain_races`)."""
     from agentlab.lab.invariants import check_messages, check_state, read_records
 
     h, process = lab.harness, lab.process
-    if h.domain is not None and h.domain.name in DOMAIN_RACES:
-        return await run_retail_concurrent(lab, fault, sg, race=scenario, seed=seed, check=check, model=model)
+    if h.domain is not None and h.domain.races is not None:
+        return await run_domain_races(lab, fault, sg, race=scenario, seed=seed, check=check, model=model)
     base = fault.prepare(h.scenario(scenario).clean(), rng)
     sc_a, sc_b = fault.scenarios_for(base)
     t0 = time.perf_counter()
@@ -271,31 +272,26 @@ async def _play_pair(lab, sg, convs: list[Conversation], gate: Rendezvous, ids: 
     return ep, threads, histories
 
 
-# --------------------------------------------------------------------------- another domain: retail
+# --------------------------------------------------------------------------- a domain's own races (retail's)
 
-async def run_retail_concurrent(lab, fault: Concurrent, sg, *, race: str, seed: int, check: bool = True, model=None):
-    """One episode of ``fault`` on the retail domain: rows of its own
-    (:func:`agentlab.domains.retail.concurrency.create_entities`), race ``race`` played by two conversations
-    met at the tools' first writes, checked by :func:`check_generic` on each thread, the retail race
-    invariants (:func:`agentlab.domains.retail.concurrency.check_entities`) and ``forked_thread``. Returns
-    what :func:`run_concurrent` returns; ``notes`` also holds ``race`` and ``user_id``."""
-    from agentlab.domains.retail.concurrency import (
-        BY_NAME,
-        MEETS_AT,
-        check_entities,
-        create_entities,
-    )
+async def run_domain_races(lab, fault: Concurrent, sg, *, race: str, seed: int, check: bool = True, model=None):
+    """One episode of ``fault`` on a domain with races of its own (``domain.races``, :class:`agentlab.core.races.Races`;
+    retail's: :data:`agentlab.domains.retail.concurrency.CONCURRENCY`): rows of its own (``races.create``), race
+    ``race`` played by two conversations met at ``races.acts``, checked by :func:`check_generic` on each thread,
+    the races' invariants (``races.check``) and ``forked_thread``. Returns what :func:`run_concurrent` returns;
+    ``notes`` also holds ``race`` and what ``races.notes`` shows of the rows (retail: ``user_id``)."""
     from agentlab.lab.invariants import check_generic
 
     h = lab.harness
+    races = h.domain.races
     t0 = time.perf_counter()
     async with h.pool.connection() as conn:
-        e = await create_entities(conn)
-    sc_a, sc_b = BY_NAME[race].scenarios(e)
+        rows = await races.create(conn)
+    sc_a, sc_b = races.scenarios(race, rows)
     thread = f"{fault.name}-{sg.name}-{uuid.uuid4().hex[:12]}"
     convs = [Conversation("A", thread, sc_a, seed),
              Conversation("B", thread if fault.same_thread else f"{thread}-b", sc_b, seed + 1)]
-    gate = Rendezvous(h.pool, ("A", "B"), meets_at(*MEETS_AT))
+    gate = Rendezvous(h.pool, ("A", "B"), meets_at(*races.acts))
     ep, threads, histories = await _play_pair(lab, sg, convs, gate, [], model, thread)
     errors = [f"{c.name}: {c.error}" for c in convs if c.error]
     violations: list[Violation] = []
@@ -304,7 +300,7 @@ async def run_retail_concurrent(lab, fault: Concurrent, sg, *, race: str, seed: 
             one = dataclasses.replace(ep, thread_id=t, messages=histories[t])
             violations += await check_generic(h.pool, one, sg, h.domain.error_hints.identifiers)
         async with h.pool.connection() as conn:
-            violations += [Violation(kind, thread, detail) for kind, detail in await check_entities(conn, [e.user_id])]
+            violations += [Violation(kind, thread, detail) for kind, detail in await races.check(conn, rows)]
             for t in threads:
                 roots, children = await (await conn.execute(CHECKPOINT_SHAPE, (t,))).fetchone()
                 if roots > 1 or children > 1:
@@ -312,8 +308,12 @@ async def run_retail_concurrent(lab, fault: Concurrent, sg, *, race: str, seed: 
                                                                    "children of one checkpoint"))
     ep.wall_ms = (time.perf_counter() - t0) * 1000
     notes: dict[str, Any] = {"rendezvous": gate.account(), "refused": [c.name for c in convs if c.refused],
-                             "errors": errors, "threads": threads, "race": race, "user_id": e.user_id}
+                             "errors": errors, "threads": threads, "race": race,
+                             **(races.notes(rows) if races.notes is not None else {})}
     return ep, sc_a, notes, violations
+
+
+run_retail_concurrent = run_domain_races  # the name this had while retail's races were imported by name
 
 
 MESSAGE_CHECKS = ("unanswered_call", "leak", "half_applied_batch")

@@ -54,7 +54,6 @@ from dataclasses import dataclass, field
 
 from agentlab.core.domain import Violation
 from agentlab.core.errors import SimulatedCrash
-from agentlab.domains.billing.scenarios import CustomerSpec, create_customers
 from agentlab.durable.saga import AbortRefused, Backoff, SagaDefinition, SagaFenced, SagaRunner
 from agentlab.lab.row_lock import RowLock
 from agentlab.sim.provider import customer_ref
@@ -214,8 +213,13 @@ def _payout_input(customer_id: int, amount_cents: int, reference: str) -> dict:
 
 
 async def _customer(h, name: str, credit_cents: int) -> int:
-    async with h.pool.connection() as conn:
-        (cid,) = await create_customers(conn, [CustomerSpec("acme", name, credit_cents)], "public")
+    """A new customer of the harness's domain for one payout (its ``create_rows``, in ``public``): the approval
+    story's customer (tenant ``acme``), named ``name``, with ``credit_cents`` of store credit."""
+    from agentlab.core.safeguards import preset
+    from agentlab.durable.approval import APPROVAL
+
+    spec = dataclasses.replace(APPROVAL.customers[0], name=name, credit_cents=credit_cents)
+    (cid,) = await h.create_customers(dataclasses.replace(APPROVAL, customers=(spec,)), preset("full"))
     return cid
 
 

@@ -33,11 +33,9 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import AIMessage, ToolMessage
 
 from agentlab.core.safeguards import Safeguards, preset
-from agentlab.lab.batches import customer_rows
 from agentlab.lab.charts import ledger_chart, rollback_rate_chart, rollback_rates  # noqa: F401 (re-exported)
 from agentlab.lab.faults import fault_scenarios, get_fault
 from agentlab.lab.runner import FaultRun, Lab
-from agentlab.sim.provider import customer_ref
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -73,11 +71,6 @@ SELECT tool_call_id, outcome FROM events
 WHERE thread_id = %s AND (kind = 'call' OR outcome = 'commit_rolled_back') ORDER BY id
 """
 OUTBOX_ROWS = "SELECT topic, dedupe_key, status, attempts FROM outbox WHERE thread_id = %s ORDER BY id"
-PAYMENTS = """
-SELECT customer, count(*) FILTER (WHERE kind = 'charge') AS provider_charges,
-       count(*) FILTER (WHERE kind = 'refund') AS provider_refunds
-FROM provider.payments WHERE customer = ANY(%s) GROUP BY customer
-"""
 
 
 @dataclass(repr=False)
@@ -230,23 +223,19 @@ async def read_result(h: Harness, run: FaultRun, seed: int) -> LabResult:
 
 
 async def affected_rows(h: Harness, ep) -> pd.DataFrame:
-    """What the database and the provider hold for the episode's own rows: billing's customers with
-    their records and payments, another domain's ``export_state`` (one row per key), or its rows' ids."""
+    """What the database and the provider hold for the episode's own rows, as its domain shows them: its
+    ``episode_rows`` (billing: its customers with their records and payments), else its ``export_state`` (one
+    row per key), else the rows' ids."""
     import pandas as pd
 
-    if h.domain.name != "billing":
-        if h.domain.export_state is None:
-            return pd.DataFrame({"id": list(ep.customer_ids)})
-        async with h.pool.connection() as conn:
-            state = await h.domain.export_state(conn, list(ep.customer_ids))
-        return pd.json_normalize(state) if isinstance(state, list) else pd.json_normalize([state])
-    rows = await customer_rows(h, ep.customer_ids, schema=ep.schema)
-    paid = await h.df(PAYMENTS, ([customer_ref(c) for c in ep.customer_ids],))
-    by_ref = {r.customer: r for r in paid.itertuples()}
-    for col in ("provider_charges", "provider_refunds"):
-        rows[col] = [int(getattr(by_ref[customer_ref(c)], col)) if customer_ref(c) in by_ref else 0
-                     for c in rows["customer_id"]]
-    return rows
+    domain, ids = h.domain, list(ep.customer_ids)
+    if domain.episode_rows is None and domain.export_state is None:
+        return pd.DataFrame({"id": ids})
+    async with h.pool.connection() as conn:
+        if domain.episode_rows is not None:
+            return pd.DataFrame(await domain.episode_rows(conn, ids, ep.schema))
+        state = await domain.export_state(conn, ids)
+    return pd.json_normalize(state) if isinstance(state, list) else pd.json_normalize([state])
 
 
 def check_choice(fault: str, scenario: str | None, domain=None) -> None:

@@ -23,18 +23,16 @@ from agentlab.core.errors import SimulatedCrash
 from agentlab.lab.agents import AgentSpec
 from agentlab.lab.faults import (
     CONCURRENCY_FAULTS,
-    POLL_S,
     SLOW_ARM,
     SLOW_DISARM,
     TERMINATE,
-    WAIT_CAP_S,
     DiesAfterPayment,
     Fault,
     SlowStatement,
     get_fault,
     slow_shot,
 )
-from agentlab.lab.nemesis.base import ended_event
+from agentlab.lab.nemesis.base import ended_event, poll_until
 from agentlab.lab.nemesis.death import CRASH_INSIDE_STEP
 
 NA = "n/a"
@@ -66,18 +64,18 @@ class KillDuringStatement(SlowStatement):
 
         over = ended_event(run)
 
+        async def kill() -> bool:
+            async with run.pool.connection() as conn:
+                row = await (await conn.execute(SLOW_PID, (customer,))).fetchone()
+                if row is None:
+                    return False
+                done = (await (await conn.execute(TERMINATE, (row[0],))).fetchone())[0]
+                run.notes["killed_pid"], run.notes["terminated"] = row[0], bool(done)
+                return True
+
         async def control() -> None:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + WAIT_CAP_S
             try:
-                while loop.time() < deadline and not over.is_set():
-                    async with run.pool.connection() as conn:
-                        row = await (await conn.execute(SLOW_PID, (customer,))).fetchone()
-                        if row is not None:
-                            done = (await (await conn.execute(TERMINATE, (row[0],))).fetchone())[0]
-                            run.notes["killed_pid"], run.notes["terminated"] = row[0], bool(done)
-                            return
-                    await asyncio.sleep(POLL_S)
+                await poll_until(over, kill)
             finally:
                 with contextlib.suppress(Exception):
                     async with run.pool.connection() as conn:
@@ -152,12 +150,15 @@ class YardstickFault:
 @dataclass(frozen=True)
 class AsScripted(Fault):
     """The scenario as its script has it, hallucination included (refund: the customer id of the refund
-    sent as text with a stray quote, ``"12'"``): the kit's seed story."""
+    sent as text with a stray quote, ``"12'"``): the kit's seed story. ``domain``: the domain whose scenario
+    it plays, as :func:`agentlab.runtime.domains.resolve_domain` takes it (None: the default, billing)."""
+
+    domain: str | None = None
 
     def prepare(self, scenario, rng: random.Random):
-        from agentlab.domains.billing.scenarios import get_scenario
+        from agentlab.runtime.domains import resolve_domain
 
-        return get_scenario(scenario.name)
+        return resolve_domain(self.domain).get_scenario(scenario.name)
 
 
 _SCRIPTED = ("wrong_type", "negative_amount", "stray_quote", "other_tenant_id", "check_violation",

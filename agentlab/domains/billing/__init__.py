@@ -11,6 +11,7 @@ from agentlab.core.domain import Domain
 from agentlab.domains.billing.errors import HINTS
 from agentlab.domains.billing.invariants import INVARIANTS
 from agentlab.domains.billing.limits import LIMIT_SCENARIOS, with_limit_tools
+from agentlab.domains.billing.rows import episode_rows
 from agentlab.domains.billing.scenarios import SCENARIOS, create_customers
 from agentlab.domains.billing.schema import MIGRATIONS, SEED_CUSTOMERS_CSV, seed
 from agentlab.domains.billing.tools import TOOLS
@@ -36,5 +37,6 @@ CATALOG_FAULTS = (
 DOMAIN = Domain(
     name="billing", toolset=with_limit_tools(TOOLS), scenarios={**SCENARIOS, **LIMIT_SCENARIOS},
     create_rows=create_rows, migrations=MIGRATIONS, seed=seed, invariants=INVARIANTS, faults=CATALOG_FAULTS, seed_files=(SEED_CUSTOMERS_CSV,), error_hints=HINTS,
+    episode_rows=episode_rows,
     description="store credit, invoices, credit memos and refunds paid through the outbox",
 )

@@ -38,7 +38,7 @@ order the change log names):
                              payment refunded twice)
 ``gift_card_balance``        a gift card's balance differs from its opening balance + the refunds - the
                              payments recorded on it since (a lost update)
-``order_status_transition``  an order left the state machine (:data:`.domain.TRANSITIONS`): a status its
+``order_status_transition``  an order left the state machine (:data:`.order_checks.TRANSITIONS`): a status its
                              opening status cannot reach, a return and an exchange on one order, a cancelled
                              order whose items were modified first
 ``order_payments``           a cancelled order whose payment history does not net to zero, or another whose
@@ -55,10 +55,11 @@ import dataclasses
 import uuid
 from dataclasses import dataclass
 
+from agentlab.core.races import Races
 from agentlab.core.scenario import PlannedCall, Scenario
-from agentlab.domains.retail.domain import TRANSITIONS
 from agentlab.domains.retail.order_checks import (
     ORDER_MOVES,
+    TRANSITIONS,
     amount_text,
     order_fields,
     refunded_twice,
@@ -265,3 +266,16 @@ async def check_entities(conn, user_ids: list[str]) -> list[tuple[str, str]]:
             detail = f"order {order_id} ({status}): payments net {amount_text(net)}, its items cost {amount_text(items)}"
             out.append(("order_payments", detail))
     return out
+
+
+async def check_rows(conn, e: Entities) -> list[tuple[str, str]]:
+    """:func:`check_entities` on the user of one episode's rows ``e``."""
+    return await check_entities(conn, [e.user_id])
+
+
+CONCURRENCY = Races(
+    by_fault={fault: tuple(r.name for r in races) for fault, races in RACES.items()},
+    create=create_entities, scenarios=lambda race, e: BY_NAME[race].scenarios(e), check=check_rows, acts=MEETS_AT,
+    not_applicable=NOT_APPLICABLE, kinds=KINDS, notes=lambda e: {"user_id": e.user_id},
+)
+"""Retail's races as the lab plays them (``Domain.races``, :class:`agentlab.core.races.Races`)."""

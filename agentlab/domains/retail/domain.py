@@ -27,10 +27,12 @@ from agentlab.core.domain import Domain, Invariant, InvariantContext, Migration
 from agentlab.core.errors import ErrorHints
 from agentlab.core.scenario import PlannedCall, Scenario
 from agentlab.core.toolspec import Toolset, ToolSpec
+from agentlab.domains.retail.concurrency import CONCURRENCY
 from agentlab.domains.retail.export import export_state as _export_state
 from agentlab.domains.retail.load import DATA_DIR, load_sync, read_tasks, schema_sql
 from agentlab.domains.retail.order_checks import (
     ORDER_MOVES,
+    TRANSITIONS,
     order_fields,
     refunded_twice,
 )
@@ -171,16 +173,6 @@ WHERE i.order_id IN ({LOGGED_ORDERS})
 ORDER BY 1, 2
 """
 
-# the order state machine: which status each may become through the tools (staying put is always allowed)
-TRANSITIONS: dict[str, frozenset[str]] = {
-    "pending": frozenset({"cancelled", "pending (item modified)"}),
-    "delivered": frozenset({"exchange requested", "return requested"}),
-    "pending (item modified)": frozenset(),
-    "processed": frozenset(),
-    "cancelled": frozenset(),
-    "exchange requested": frozenset(),
-    "return requested": frozenset(),
-}
 
 
 def _money(cents: int) -> str:
@@ -313,6 +305,7 @@ def retail_domain(*, reproduce_last_variant_bug: bool = True) -> Domain:
         "retail", toolset=toolset(reproduce_last_variant_bug), scenarios=SCENARIOS, create_rows=create_rows,
         schema="retail", migrations=MIGRATIONS, seed=seed, seed_files=SEED_FILES, invariants=INVARIANTS,
         export_state=export_state, tenant_id=TENANT, error_hints=ERROR_HINTS, shared_tables=SHARED_TABLES,
+        races=CONCURRENCY,
         description="tau2-bench retail (a2c0247): 16 tools, 114 tasks' golden actions"
                     + ("" if reproduce_last_variant_bug else "; tau2's last-variant bug fixed"),
     )

@@ -5,6 +5,17 @@ of a SELECT of order ids and its parameters.
 
 from __future__ import annotations
 
+# the order state machine: which status each may become through the tools (staying put is always allowed)
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "pending": frozenset({"cancelled", "pending (item modified)"}),
+    "delivered": frozenset({"exchange requested", "return requested"}),
+    "pending (item modified)": frozenset(),
+    "processed": frozenset(),
+    "cancelled": frozenset(),
+    "exchange requested": frozenset(),
+    "return requested": frozenset(),
+}
+
 REFUNDED_TWICE = """
 SELECT order_id, payment_method_id,
        sum(amount_cents) FILTER (WHERE transaction_type = 'payment'),

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agentlab.domains.billing.scenarios import C, PlannedCall, Scenario
+from agentlab.core.scenario import C, PlannedCall, Scenario
 from agentlab.lab.nemesis.base import Fault
 
 

@@ -7,6 +7,7 @@ Part of the fault catalog (:mod:`agentlab.lab.faults`, its registry and table).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,3 +52,18 @@ def episode_ended(run: EpisodeRunLike) -> None:
     event = run.notes.pop(EPISODE_OVER, None)
     if event is not None:
         event.set()
+
+
+async def poll_until(over: asyncio.Event, probe: Callable[[], Awaitable[Any]], *, cap_s: float = WAIT_CAP_S,
+                     interval_s: float = POLL_S) -> Any:
+    """Await ``probe()`` every ``interval_s`` seconds until it answers something true, and return that answer;
+    return None once ``over`` is set (the episode ended without reaching the fault: :func:`ended_event`, made
+    in ``arm`` and passed here) or ``cap_s`` seconds have passed. The one wait loop of the lab's controllers."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + cap_s
+    while loop.time() < deadline and not over.is_set():
+        found = await probe()
+        if found:
+            return found
+        await asyncio.sleep(interval_s)
+    return None

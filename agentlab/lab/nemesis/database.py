@@ -14,13 +14,12 @@ from typing import ClassVar
 from psycopg import sql
 
 from agentlab.lab.nemesis.base import (
-    POLL_S,
     SERVER_GONE,
-    WAIT_CAP_S,
     EpisodeRunLike,
     Fault,
     ended_event,
     episode_ended,
+    poll_until,
 )
 
 
@@ -58,14 +57,13 @@ class LockHolder(Fault):
                 await conn.execute(query, (customer,))
                 run.notes["locked_customer"] = customer
                 locked.set()
-                loop = asyncio.get_running_loop()
-                deadline = loop.time() + WAIT_CAP_S
-                while loop.time() < deadline and not over.is_set():
-                    if (await (await conn.execute(SOMEONE_WAITS_ON_ME)).fetchone())[0]:
-                        run.notes["waiter_seen"] = True
-                        await asyncio.sleep(hold_s)
-                        break
-                    await asyncio.sleep(POLL_S)
+
+                async def waiter_seen() -> bool:
+                    return (await (await conn.execute(SOMEONE_WAITS_ON_ME)).fetchone())[0]
+
+                if await poll_until(over, waiter_seen):
+                    run.notes["waiter_seen"] = True
+                    await asyncio.sleep(hold_s)
             run.notes["lock_held_s"] = hold_s
 
         task = asyncio.create_task(hold())
@@ -186,18 +184,15 @@ class SlowStatement(Fault):
 
         over = ended_event(run)
 
+        async def seen() -> bool:
+            async with run.pool.connection() as conn:
+                return (await (await conn.execute(SLOW_SEEN, (customer,))).fetchone())[0]
+
         async def control() -> None:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + WAIT_CAP_S
             try:
-                while loop.time() < deadline and not over.is_set():
-                    async with run.pool.connection() as conn:
-                        seen = (await (await conn.execute(SLOW_SEEN, (customer,))).fetchone())[0]
-                    if seen:
-                        run.notes["slow_statement_seen"] = True
-                        await asyncio.sleep(slow_s)
-                        break
-                    await asyncio.sleep(POLL_S)
+                if await poll_until(over, seen):
+                    run.notes["slow_statement_seen"] = True
+                    await asyncio.sleep(slow_s)
             except SERVER_GONE:  # the server stopped: the episode meets that itself; nothing left to control
                 run.notes["controller_lost_server"] = True
             finally:
