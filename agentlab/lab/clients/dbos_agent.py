@@ -298,6 +298,8 @@ async def run_dbos_episode(harness, fault: str = "none", *, seed: int = 0, shape
 
     if fault not in FAULTS:
         raise ValueError(f"the DBOS agent has no fault {fault!r}; choose one of: {', '.join(FAULTS)}")
+    if shape not in SHAPES:
+        raise ValueError(f"unknown DBOS agent shape {shape!r}; choose one of: {', '.join(SHAPES)}")
     if (missing := engine_missing()) is not None:
         raise AgentlabError(missing)
     h = harness
