@@ -45,7 +45,8 @@ async def test_a_fault_free_episode_passes_clean_and_dbos_says_success(harness):
     assert await held(harness, ep.customer_ids[0]) == {
         "credit": OPENING_CREDIT_CENTS - REFUND_CENTS, "memos": 1, "refunds": 1, "paid_refunds": 1}
     assert ep.versions["dbos"] != "-"
-    assert not await fetch(harness, "SELECT datname FROM pg_database WHERE datname LIKE 'agentlab\\_dbos\\_%%'")
+    assert ep.system_database.startswith("agentlab_dbos_")
+    assert not await fetch(harness, "SELECT 1 FROM pg_database WHERE datname = %s", (ep.system_database,))  # dropped
 
 
 async def test_a_step_that_committed_and_died_runs_again_on_recovery_and_dbos_says_success(harness):

@@ -58,6 +58,7 @@ from agentlab.lab.clients.dbos_app import (
 )
 from agentlab.lab.invariants import KINDS, check_episode
 from agentlab.runtime.conninfo import with_dbname
+from agentlab.runtime.databases import keep_private
 from agentlab.runtime.harness import Episode
 
 SHAPES = ("transactions", "steps")
@@ -110,8 +111,8 @@ def sqlalchemy_url(conninfo: str) -> str:
 
 class SystemDatabase:
     """DBOS's system database for one episode: ``agentlab_dbos_<8 hex>`` on the server of ``url``, created
-    by :meth:`create` and dropped (its sessions closed) by :meth:`drop`. Both raise ``psycopg.Error`` when
-    the server refuses (the role lacks CREATEDB)."""
+    by :meth:`create` (private to its owner, as every database of the kit: case C52) and dropped, its
+    sessions closed, by :meth:`drop`. Both raise ``psycopg.Error`` when the server refuses (no CREATEDB)."""
 
     def __init__(self, url: str):
         self.url = url
@@ -119,15 +120,20 @@ class SystemDatabase:
         self.conninfo = with_dbname(url, self.name)
 
     async def create(self) -> SystemDatabase:
-        await self._run(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.name)))
+        def create() -> None:
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.name)))
+                keep_private(conn, self.name)
+
+        await asyncio.to_thread(create)
         return self
 
     async def drop(self) -> None:
-        await self._run(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(self.name)))
+        def drop() -> None:
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(self.name)))
 
-    async def _run(self, statement) -> None:
-        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
-            await conn.execute(statement)
+        await asyncio.to_thread(drop)
 
 
 @dataclass
@@ -254,6 +260,7 @@ class DbosEpisode:
     scenario: str
     workflow_id: str
     customer_ids: list[int] = field(default_factory=list)
+    system_database: str = ""
     verdict: dict = field(default_factory=dict)
     lives: list[DbosLife] = field(default_factory=list)
     violations: list = field(default_factory=list)
@@ -315,6 +322,7 @@ async def run_dbos_episode(harness, fault: str = "none", *, seed: int = 0, shape
     out = DbosEpisode(shape, fault, seed, sc.name, workflow_id, ids, versions=versions())
     crash_after = CRASH_STATEMENT if fault == "crash_inside_step" else None
     system = await SystemDatabase(h.url).create()
+    out.system_database = system.name
     try:
         with tempfile.TemporaryDirectory(prefix="agentlab-dbos-") as workdir:
             agent = DbosAgent(h.url, system, workflow_id, shape, workdir, cap_s=cap_s)
