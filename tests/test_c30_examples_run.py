@@ -39,6 +39,7 @@ NOT_CODE = {
     ("agentlab.core.batch.timeouts", "SAVEPOINT tool_call"),
     ("agentlab.core.tracing", "invoke_agent agentlab          a run (``ainvoke``, ``astream``, a resume): "
                               "gen_ai.conversation.id (the thread)"),
+    ("agentlab.lab.loop", "open the agent's process          client.open()"),
     ("agentlab.durable.jobs", "pending ──claim──> running ──complete──> succeeded          (result stored, same transaction"),
 }
 
