@@ -66,6 +66,7 @@ from agentlab.lab.clients.agent_process import (  # importable from here as befo
     YardstickSaver,  # noqa: F401
     quiet,
 )
+from agentlab.lab.clients.dbos_client import DbosClient
 from agentlab.lab.clients.graph_agent import GraphAgentClient, build_agent
 from agentlab.lab.clients.process_death import ChildProcessClient
 from agentlab.lab.faults import Concurrent
@@ -92,6 +93,28 @@ def _rebuilt_by_name(spec: AgentSpec, *, scripted_model: bool) -> str | None:
     return None
 
 
+ENGINE_CAP_S = 60.0
+ENGINE_FAULTS = ("none", "refund_story", "crash_inside_step")
+"""The faults a durable engine's agent can be put under: its tools are the refund story's, its crash is a real
+process death (the kit's in-process hooks and the scripted hallucinations of other scenarios do not reach it)."""
+
+
+def _engine_cannot_play(spec: AgentSpec, yf, scenario: str, *, scripted_model: bool) -> str | None:
+    """Why the engine agent ``spec`` cannot play ``scenario`` under ``yf`` (one line), or None when it can; an
+    engine that is not installed says how to install it."""
+    from agentlab.lab.clients.dbos_agent import engine_missing
+
+    if (missing := engine_missing()) is not None:
+        return missing
+    if not scripted_model:
+        return "the DBOS agent plays the scripted model in each of its processes"
+    if yf.name not in ENGINE_FAULTS:
+        return f"the DBOS agent is measured under {', '.join(ENGINE_FAULTS)}"
+    if spec.scenarios and scenario not in spec.scenarios:
+        return f"the DBOS agent's tools play the {', '.join(spec.scenarios)} story only, not {scenario}"
+    return None
+
+
 def rebuild_name(spec: AgentSpec) -> str:
     """The name another process rebuilds ``spec`` from: its ``ref`` (``"package.module:factory"``), else its name."""
     return spec.ref or spec.name
@@ -111,6 +134,7 @@ class Yardstick:
         self.harness = harness
         self.make_model = model or (lambda script, seed: ScriptedChatModel(script=script, seed=seed))
         self.scripted = model is None
+        self.engine_cap_s = ENGINE_CAP_S  # how long one life of a durable engine's agent may run (seconds)
         self._installed: set[str] = set()
 
     async def run(self, agent, fault: str | YardstickFault = "none", *, seed: int = 0,
@@ -137,7 +161,9 @@ class Yardstick:
         sc = scenarios.prepared(h, yf.fault, name, rng)
         out = AgentRun(spec.name, yf.name, sc, seed, harness=h)
         why = yf.not_applicable(spec, scripted_model=self.scripted)
-        if why is None and getattr(yf.fault, "process_death", False):
+        if why is None and spec.engine is not None:
+            why = _engine_cannot_play(spec, yf, sc.name, scripted_model=self.scripted)
+        elif why is None and getattr(yf.fault, "process_death", False):
             why = _rebuilt_by_name(spec, scripted_model=self.scripted)
         if why is not None:
             out.status, out.reason = NA, why
@@ -164,7 +190,10 @@ class Yardstick:
             config = run_config(out.thread_id, tenant_id=sc.tenant_id)
         durability = durability or ("sync" if yf.fault.resumes else "async")
         out.notes["durability"] = durability
-        if getattr(yf.fault, "process_death", False):  # every life of the agent a process of its own
+        if spec.engine == "dbos":  # a durable engine's agent, each life a process of its own
+            client = DbosClient(spec, out, shape=spec.name.split(":", 1)[1], script=script,
+                                crash=bool(getattr(yf.fault, "process_death", False)), cap_s=self.engine_cap_s)
+        elif getattr(yf.fault, "process_death", False):  # every life of the agent a process of its own
             client = ChildProcessClient(spec, out, script=script, config=config, durability=durability,
                                         fault_name=yf.name, agent_name=rebuild_name(spec))
         else:

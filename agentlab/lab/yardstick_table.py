@@ -60,6 +60,16 @@ class YardstickResult:
         sums = ran.groupby("agent", sort=False)[self.kinds].sum().reindex(list(self.agents), fill_value=0)
         return sums.loc[:, (sums != 0).any(axis=0)].astype(int)
 
+    def engine_verdicts(self) -> dict[tuple[str, str], list[str]]:
+        """A durable engine's own verdict on each of its runs (``{(fault, agent): ["SUCCESS", ...]}``, one per
+        episode), read from the runs; empty when no engine's agent ran."""
+        out: dict[tuple[str, str], list[str]] = {}
+        for run in self.runs:
+            status = run.notes.get("engine", {}).get("status")
+            if status is not None:
+                out.setdefault((run.fault, run.agent), []).append(status)
+        return out
+
     def raised(self):
         """What each agent's run raised per fault (exception classes, ``-`` when it ended normally;
         ``crash`` marks an episode whose process died and resumed)."""
@@ -112,7 +122,7 @@ class YardstickResult:
 
 def versions() -> dict[str, str]:
     """The installed versions the table was measured with (LangGraph, its prebuilt agents, LangChain,
-    the checkpointer, psycopg)."""
+    the checkpointer, psycopg). A durable engine's versions are in its runs' notes (``notes["engine"]``)."""
     from importlib.metadata import PackageNotFoundError, version
 
     out = {}
@@ -205,6 +215,13 @@ def render(result: YardstickResult) -> str:
              result.summary.to_string(), "", "Violations by kind (faults that applied):", "",
              result.by_kind().to_string() if len(result.by_kind().columns) else "(none)", "",
              "What each run raised (- : it ended normally):", "", result.raised().to_string()]
+    verdicts = result.engine_verdicts()
+    if verdicts:
+        lines += ["", "What each durable engine said of its own runs (its verdict, beside the violations above):"]
+        lines += [f"  {agent} x {fault}: {', '.join(said)}" for (fault, agent), said in verdicts.items()]
+        engines = next((r.notes["engine"].get("versions", {}) for r in result.runs if "engine" in r.notes), {})
+        measured = [f"{k} {engines[k]}" for k in ("dbos", "sqlalchemy") if k in engines]
+        lines += [f"  measured with {', '.join(measured)}"] if measured else []
     na = result.not_applicable()
     if na:
         lines += ["", "n/a (the fault cannot apply to that agent; never counted as a pass):"]

@@ -11,11 +11,8 @@ import pytest
 
 pytest.importorskip("dbos", reason="DBOS Transact is an optional install: pip install -r requirements-engines.txt")
 
-from agentlab.lab.clients.dbos_agent import (  # noqa: E402 (after the skip: the module reads DBOS's record)
-    CRASH_FLAGS_TABLE,
-    run_dbos_episode,
-    sqlalchemy_url,
-)
+from agentlab.lab.clients.dbos_agent import sqlalchemy_url  # noqa: E402 (after the skip)
+from agentlab.lab.engines import run_dbos_episode  # noqa: E402
 from conftest import fetch, scalar  # noqa: E402
 
 OPENING_CREDIT_CENTS = 5000  # billing's refund story: one customer with 50.00 of store credit
@@ -56,7 +53,7 @@ async def test_a_step_that_committed_and_died_runs_again_on_recovery_and_dbos_sa
     assert await held(harness, ep.customer_ids[0]) == {
         "credit": OPENING_CREDIT_CENTS - 2 * REFUND_CENTS, "memos": 1, "refunds": 1, "paid_refunds": 1}
     assert kinds(ep) == {"balance_mismatch": 1}
-    assert await scalar(harness, f"SELECT count(*) FROM {CRASH_FLAGS_TABLE}") == 0  # fired once, then gone
+    assert await scalar(harness, "SELECT count(*) FROM lab_death_flags") == 0  # fired once, then disarmed
 
 
 async def test_a_datasource_transaction_that_committed_and_died_is_not_run_again(harness):
@@ -92,3 +89,26 @@ def test_a_conninfo_becomes_a_sqlalchemy_url_for_psycopg():
     assert sqlalchemy_url("postgresql://u:p%40ss@db/app") == "postgresql+psycopg://u:p%40ss@db/app"
     assert sqlalchemy_url("host=/tmp/pg port=5433 user=me dbname=d") == (
         "postgresql+psycopg://me@/d?host=%2Ftmp%2Fpg&port=5433")
+
+
+async def test_a_fault_the_dbos_agent_cannot_take_is_not_applicable_with_its_reason(harness):
+    from agentlab.lab.yardstick import Yardstick
+
+    run = await Yardstick(harness).run("dbos:steps", "backend_killed")
+    assert run.status == "n/a" and "measured under none, refund_story, crash_inside_step" in run.reason
+    assert run.customer_ids == [] and "engine" not in run.notes  # no row written, no process started
+
+
+def test_the_command_line_puts_dbos_beside_the_kit_with_its_own_verdict():
+    import json
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "agentlab", "chaos", "--agent", "kit", "dbos:steps", "--faults", "crash_inside_step",
+           "--episodes", "1"]
+    out = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)["summary"]
+    assert summary == {"kit:full": {"crash_inside_step": 0}, "dbos:steps": {"crash_inside_step": 1}}
+    text = subprocess.run([*cmd, "--no-progress"], capture_output=True, text=True, timeout=300, check=False).stdout
+    assert "dbos:steps x crash_inside_step: SUCCESS" in text and "measured with dbos 3.4" in text

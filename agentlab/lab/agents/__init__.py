@@ -73,6 +73,9 @@ class AgentSpec:
         description: one line for the table's legend.
         ref: the ``"package.module:factory"`` it was resolved from (None: a built-in name or an object), so
             that another process can rebuild it (:mod:`agentlab.lab.clients.process_death`).
+        engine: a durable engine's agent, run by the lab in child processes instead of built here
+            (``"dbos"``: :mod:`agentlab.lab.clients.dbos_client`); None for a LangGraph agent.
+        scenarios: the scenarios it can play (empty: every scenario of the domain); another one is ``n/a``.
     """
 
     name: str
@@ -82,6 +85,8 @@ class AgentSpec:
     exposes: frozenset[str] = frozenset()
     description: str = ""
     ref: str | None = None
+    engine: str | None = None
+    scenarios: tuple[str, ...] = ()
 
     @property
     def checked_as(self) -> Safeguards:
@@ -129,6 +134,26 @@ def kit_agent(preset_name: str = "full") -> AgentSpec:
                      description=f"the kit's graph and transactional tools node, preset {preset_name}")
 
 
+DBOS_SHAPES = ("transactions", "steps")
+
+
+def dbos_agent(shape: str) -> AgentSpec:
+    """The DBOS agent of ``shape`` (:mod:`agentlab.lab.clients.dbos_app`): ``"transactions"`` (the docs' datasource
+    transactions, the provider call a step) or ``"steps"`` (every tool a step). It plays billing's refund story
+    only (its tools are those four). Raises AgentlabError naming the shapes."""
+    from agentlab.lab.agents.billing_tools import BASELINE_TOOL_NAMES
+
+    if shape not in DBOS_SHAPES:
+        raise AgentlabError(f"unknown DBOS agent shape {shape!r}; choose dbos:{' or dbos:'.join(DBOS_SHAPES)}")
+    what = "tools as datasource transactions, the provider call a step" if shape == "transactions" else "every tool a step"
+    return AgentSpec(f"dbos:{shape}", _engine_built_elsewhere, BASELINE_TOOL_NAMES, engine="dbos",
+                     scenarios=("refund",), description=f"DBOS Transact workflow, {what}")
+
+
+def _engine_built_elsewhere(ctx: AgentContext):
+    raise AgentlabError("a durable engine's agent runs in its own processes (agentlab.lab.clients), not in a graph")
+
+
 def baseline(name: str) -> AgentSpec:
     """One of :data:`BASELINES` on the billing tools. Raises ValueError naming them."""
     from agentlab.lab.agents.billing_tools import BASELINE_TOOL_NAMES
@@ -159,11 +184,14 @@ def resolve_agent(agent: AgentSpec | str | Callable | Any, *, name: str | None =
     if isinstance(agent, str):
         if agent in BASELINES:
             return baseline(agent)
+        if agent.startswith("dbos:"):
+            return dbos_agent(agent[5:])
         if agent == "kit" or (agent.startswith("kit:") and agent[4:] in PRESETS):
             return kit_agent("full" if agent == "kit" else agent[4:])
         module_name, sep, attr = agent.partition(":")
         if not sep or not attr or agent.startswith("kit:"):
-            raise AgentlabError(f"unknown agent {agent!r}; choose toolnode, create_agent, kit, kit:PRESET "
+            raise AgentlabError(f"unknown agent {agent!r}; choose toolnode, create_agent, create_agent_hardened, kit, "
+                                f"kit:PRESET, dbos:transactions, dbos:steps "
                                 f"(presets: {', '.join(PRESETS)}) or package.module:factory")
         try:
             target = getattr(importlib.import_module(module_name), attr)

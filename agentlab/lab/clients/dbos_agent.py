@@ -18,8 +18,9 @@ fault                    mechanism
 ``refund_story``         as scripted: the refund's customer id arrives as ``"12'"``; the tool's error text
                          (SQLAlchemy's, statement included) goes to the model, which resends the batch
 ``crash_inside_step``    the deduction (billing's ``UPDATE customers SET credit_cents``) commits, then the
-                         child dies (``os._exit(99)``) before DBOS records the step; armed by a row of
-                         ``lab_crash_flags`` so it fires once across processes; a new child recovers
+                         child dies (``os._exit(99)``) before DBOS records the step; armed by a death flag
+                         (:mod:`agentlab.lab.nemesis.death`) so it fires once across processes; a new child
+                         recovers
 =======================  =================================================================================
 
 DBOS is an optional install (``pip install -r requirements-engines.txt``); :func:`engine_missing` says so in
@@ -36,10 +37,8 @@ import json
 import os
 import secrets
 import sys
-import tempfile
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
@@ -47,31 +46,19 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from agentlab.core.safeguards import preset
-from agentlab.lab.agents import as_domain_messages, rename_script
+from agentlab.lab.agents import as_domain_messages
 from agentlab.lab.agents.billing_tools import BASELINE_TOOL_NAMES
-from agentlab.lab.clients.dbos_app import (
-    CRASH_EXIT_CODE,
-    CRASH_FLAGS_TABLE,
-    MESSAGES_EVENT,
-    crash_flag,
-)
-from agentlab.lab.invariants import KINDS, check_episode
+from agentlab.lab.clients.dbos_app import CRASH_EXIT_CODE, MESSAGES_EVENT
 from agentlab.runtime.conninfo import with_dbname
 from agentlab.runtime.databases import keep_private
-from agentlab.runtime.harness import Episode
 
 SHAPES = ("transactions", "steps")
-FAULTS = ("none", "refund_story", "crash_inside_step")
 INSTALL_HINT = "pip install -r requirements-engines.txt"
 CAP_S = 60.0  # how long one life may run before the lab ends it (the workflow then stays PENDING)
 CRASH_STATEMENT = "UPDATE customers SET credit_cents"  # billing's deduction (ApplyCredit's statement)
 SYSTEM_DB_PREFIX = "agentlab_dbos_"
 ROOT = Path(__file__).resolve().parents[3]  # the directory holding the agentlab package
 
-CREATE_FLAGS = f"CREATE TABLE IF NOT EXISTS {CRASH_FLAGS_TABLE} (flag text PRIMARY KEY)"
-ARM_FLAG = f"INSERT INTO {CRASH_FLAGS_TABLE} (flag) VALUES (%s) ON CONFLICT DO NOTHING"
-DISARM_FLAG = f"DELETE FROM {CRASH_FLAGS_TABLE} WHERE flag = %s RETURNING flag"
 
 
 def engine_missing() -> str | None:
@@ -245,104 +232,3 @@ class DbosAgent:
 
         recorded = await asyncio.to_thread(read)
         return as_domain_messages(messages_from_dict(recorded or []), BASELINE_TOOL_NAMES)
-
-
-@dataclass
-class DbosEpisode:
-    """One episode of the DBOS agent: what the checker found (``violations``, by kind in :meth:`counts`),
-    what DBOS says (``verdict``: its status, ``recovery_attempts``, ``steps`` recorded), and how it ran
-    (``lives``: one :class:`DbosLife` per process; ``wall_s`` in seconds for the whole episode, databases
-    included; ``versions`` of the packages measured)."""
-
-    shape: str
-    fault: str
-    seed: int
-    scenario: str
-    workflow_id: str
-    customer_ids: list[int] = field(default_factory=list)
-    system_database: str = ""
-    verdict: dict = field(default_factory=dict)
-    lives: list[DbosLife] = field(default_factory=list)
-    violations: list = field(default_factory=list)
-    messages: list = field(default_factory=list)
-    versions: dict[str, str] = field(default_factory=dict)
-    wall_s: float = 0.0
-
-    @property
-    def crashed(self) -> bool:
-        return any(life.crashed for life in self.lives)
-
-    @property
-    def status(self) -> str:
-        """DBOS's status of the workflow (``"SUCCESS"``, ``"ERROR"``, ``"PENDING"``...)."""
-        return self.verdict.get("status", "")
-
-    def counts(self) -> dict[str, int]:
-        """Violations by kind: every kind of :data:`agentlab.lab.invariants.KINDS`, then any other."""
-        c = Counter(v.kind for v in self.violations)
-        return {**{k: c.get(k, 0) for k in KINDS}, **{k: n for k, n in c.items() if k not in KINDS}}
-
-
-async def run_dbos_episode(harness, fault: str = "none", *, seed: int = 0, shape: str = "transactions",
-                           cap_s: float = CAP_S) -> DbosEpisode:
-    """Play billing's refund story with the DBOS agent of ``shape`` under ``fault``, then check it.
-
-    Args:
-        harness: an open :class:`agentlab.runtime.harness.Harness` on billing (its database, provider, domain).
-        fault: one of :data:`FAULTS`.
-        seed: seeds the scripted model's tool call ids.
-        shape: ``"transactions"`` (datasource transactions, the provider call a step) or ``"steps"``.
-        cap_s: seconds each life may run before the lab kills it (DBOS then reports ``PENDING``).
-
-    Returns:
-        the :class:`DbosEpisode`, the DBOS system database already dropped.
-
-    Raises:
-        ValueError: an unknown fault or shape.
-        agentlab.core.errors.AgentlabError: DBOS is not installed (the message says how to install it).
-    """
-    from agentlab.core.errors import AgentlabError
-
-    if fault not in FAULTS:
-        raise ValueError(f"the DBOS agent has no fault {fault!r}; choose one of: {', '.join(FAULTS)}")
-    if shape not in SHAPES:
-        raise ValueError(f"unknown DBOS agent shape {shape!r}; choose one of: {', '.join(SHAPES)}")
-    if (missing := engine_missing()) is not None:
-        raise AgentlabError(missing)
-    h = harness
-    h.check_open()
-    t0 = time.perf_counter()
-    sc = h.scenario("refund")
-    sc = sc if fault == "refund_story" else sc.clean()
-    sg = preset("constraints")  # a foreign agent is checked as the constraints preset: no ledger, no outbox
-    workflow_id = f"dbos-{shape}-{fault}-{secrets.token_hex(6)}"
-    async with h.pool.connection() as conn:
-        ids = await h.domain.create_rows(conn, sc, sg.schema)
-        await conn.execute(CREATE_FLAGS)
-    out = DbosEpisode(shape, fault, seed, sc.name, workflow_id, ids, versions=versions())
-    crash_after = CRASH_STATEMENT if fault == "crash_inside_step" else None
-    system = await SystemDatabase(h.url).create()
-    out.system_database = system.name
-    try:
-        with tempfile.TemporaryDirectory(prefix="agentlab-dbos-") as workdir:
-            agent = DbosAgent(h.url, system, workflow_id, shape, workdir, cap_s=cap_s)
-            if crash_after:
-                async with h.pool.connection() as conn:
-                    await conn.execute(ARM_FLAG, (crash_flag(workflow_id),))
-            try:
-                life = await agent.start(sc.prompt, rename_script(sc.script(ids), BASELINE_TOOL_NAMES), seed,
-                                         crash_after=crash_after)
-                if life.crashed:
-                    await agent.recover(crash_after=crash_after)
-            finally:
-                async with h.pool.connection() as conn:
-                    await conn.execute(DISARM_FLAG, (crash_flag(workflow_id),))
-            out.lives = agent.lives
-            out.verdict = await agent.verdict()
-            out.messages = await agent.messages()
-    finally:
-        await system.drop()
-    ep = Episode(sc.name, f"dbos:{shape}", workflow_id, seed, ids, sg.schema, sc.tenant_id, messages=out.messages)
-    out.violations = await check_episode(h.pool, ep, sc, sg, h.domain)
-    out.wall_s = time.perf_counter() - t0
-    return out

@@ -24,8 +24,8 @@ workflow's input (so the recovered life plays the same script from DBOS's record
 
 The lab's one hook (:func:`watch_for_crash`, the nemesis, not the user's code): SQLAlchemy events on
 both engines note a connection that ran the armed statement; when that connection goes back to its pool
-after a commit, the process takes the flag row (``DELETE ... RETURNING``: once across processes) and
-dies with ``os._exit(99)`` before DBOS records the step's result.
+after a commit, the process claims the episode's death flag (:mod:`agentlab.lab.nemesis.death`: once across
+processes) and dies with ``os._exit(99)`` before DBOS records the step's result.
 
 Sources: docs.dbos.dev "Transactions & Datasources", "Workflows", "Steps", "Workflow Communication"
 (``set_event``); SQLAlchemy "Core Events" (``after_cursor_execute``, ``rollback``, ``checkin``).
@@ -35,21 +35,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from typing import Any
 
-CRASH_EXIT_CODE = 99
+from agentlab.lab.nemesis.death import EXIT_CODE, claim_now, die, flag_name
+
+CRASH_EXIT_CODE = EXIT_CODE  # the nemesis's exit status (agentlab.lab.nemesis.death)
 MESSAGES_EVENT = "messages"
 MAX_MODEL_TURNS = 10  # the loop's recursion limit: model calls per run
-CRASH_FLAGS_TABLE = "lab_crash_flags"
-TAKE_FLAG = f"DELETE FROM {CRASH_FLAGS_TABLE} WHERE flag = %s RETURNING flag"
 APP_NAME = "agentlab-refund"
 
 
 def crash_flag(workflow_id: str) -> str:
-    """The flag row that arms ``crash_inside_step`` for the workflow ``workflow_id``."""
-    return f"crash_inside_step:{workflow_id}"
+    """The death flag (:mod:`agentlab.lab.nemesis.death`) that arms ``crash_inside_step`` for the workflow
+    ``workflow_id`` (the episode's thread)."""
+    return flag_name(workflow_id, "crash_inside_step")
 
 
 def build_app(app_url: str, system_url: str, provider_conninfo: str) -> dict[str, Any]:
@@ -218,9 +218,8 @@ def agent_workflow(tools: dict[str, dict[str, Any]]):
 def watch_for_crash(engines: list, statement_prefix: str, flags_conninfo: str) -> None:
     """The nemesis's hook (``crash_inside_step``): once a connection of ``engines`` that ran a statement
     starting with ``statement_prefix`` goes back to its pool after a commit (the tool's effect is
-    durable), take this workflow's flag row from :data:`CRASH_FLAGS_TABLE` on ``flags_conninfo``; if it
-    was there, exit at once with :data:`CRASH_EXIT_CODE` (``os._exit``: no handler, no flush, no record)."""
-    import psycopg
+    durable), claim this workflow's death flag on ``flags_conninfo`` (:func:`agentlab.lab.nemesis.death.claim_now`);
+    the claimer exits at once with :data:`CRASH_EXIT_CODE` (``os._exit``: no handler, no flush, no record)."""
     from dbos import DBOS
     from sqlalchemy import event
 
@@ -235,12 +234,10 @@ def watch_for_crash(engines: list, statement_prefix: str, flags_conninfo: str) -
         flag = record.info.pop("agentlab_crash_flag", None)
         if flag is None:
             return
-        with psycopg.connect(flags_conninfo, autocommit=True) as conn:
-            taken = conn.execute(TAKE_FLAG, (flag,)).fetchone()
-        if taken:
+        if claim_now(flags_conninfo, flag):
             print(f"agentlab: {flag}: the effect committed; the process dies before DBOS records it",
                   file=sys.stderr, flush=True)
-            os._exit(CRASH_EXIT_CODE)
+            die()
 
     for engine in engines:
         event.listen(engine, "after_cursor_execute", noted)

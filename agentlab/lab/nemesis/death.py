@@ -53,6 +53,14 @@ async def claim(conn, name: str) -> bool:
     return await cur.fetchone() is not None
 
 
+def claim_now(conninfo: str, name: str) -> bool:
+    """:func:`claim` from synchronous code (an engine's hook), on a connection of its own to ``conninfo``."""
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        return conn.execute(CLAIM, (os.getpid(), name)).fetchone() is not None
+
+
 def die() -> None:
     """Die now, as a process that lost its machine: no cleanup, no flush, no ``finally`` (exit status
     :data:`EXIT_CODE`)."""

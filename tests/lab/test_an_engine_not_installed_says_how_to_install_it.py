@@ -1,0 +1,27 @@
+"""A durable engine's agent whose engine is not installed is ``n/a`` with the one line that installs it, never a
+row of zeros (``import dbos`` made to fail as on a machine without the optional install)."""
+
+from __future__ import annotations
+
+import sys
+
+from agentlab.lab.yardstick import Yardstick
+
+
+async def test_without_dbos_its_cells_say_how_to_install_it(harness, monkeypatch):
+    monkeypatch.setitem(sys.modules, "dbos", None)  # `import dbos` raises ImportError, as when it is absent
+    for fault in ("none", "crash_inside_step"):
+        run = await Yardstick(harness).run("dbos:transactions", fault, scenario="refund")
+        assert run.status == "n/a" and run.violations == [] and run.customer_ids == []
+        assert run.reason == ("the DBOS agent needs DBOS Transact, an optional install: "
+                              "pip install -r requirements-engines.txt")
+
+
+def test_an_unknown_dbos_shape_is_refused_naming_the_shapes():
+    import pytest
+
+    from agentlab.core.errors import AgentlabError
+    from agentlab.lab.agents import resolve_agent
+
+    with pytest.raises(AgentlabError, match="dbos:transactions or dbos:steps"):
+        resolve_agent("dbos:activities")
