@@ -15,8 +15,6 @@ from agentlab.lab.clients.dbos_agent import CAP_S, SHAPES, DbosLife, engine_miss
 from agentlab.lab.invariants import KINDS
 from agentlab.lab.yardstick import ENGINE_FAULTS, Yardstick
 
-FAULTS = ENGINE_FAULTS
-
 
 @dataclass
 class DbosEpisode:
@@ -61,7 +59,7 @@ async def run_dbos_episode(harness, fault: str = "none", *, seed: int = 0, shape
 
     Args:
         harness: an open :class:`agentlab.runtime.harness.Harness` on billing (its database, provider, domain).
-        fault: one of :data:`FAULTS`.
+        fault: one of :data:`agentlab.lab.yardstick.ENGINE_FAULTS`.
         seed: seeds the scripted model's tool call ids.
         shape: ``"transactions"`` (datasource transactions, the provider call a step) or ``"steps"``.
         cap_s: seconds each life may run before the lab kills it (DBOS then reports ``PENDING``).
@@ -75,8 +73,8 @@ async def run_dbos_episode(harness, fault: str = "none", *, seed: int = 0, shape
     """
     from agentlab.core.errors import AgentlabError
 
-    if fault not in FAULTS:
-        raise ValueError(f"the DBOS agent has no fault {fault!r}; choose one of: {', '.join(FAULTS)}")
+    if fault not in ENGINE_FAULTS:
+        raise ValueError(f"the DBOS agent has no fault {fault!r}; choose one of: {', '.join(ENGINE_FAULTS)}")
     if shape not in SHAPES:
         raise ValueError(f"unknown DBOS agent shape {shape!r}; choose one of: {', '.join(SHAPES)}")
     if (missing := engine_missing()) is not None:

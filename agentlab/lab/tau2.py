@@ -8,7 +8,7 @@ template, :func:`agentlab.runtime.db.create_database`) and puts it back after ea
 shape, hashed (:func:`agentlab.domains.retail.export.canonical_hash`), compared with the hash tau2's own
 code gives (``data/retail/expected_hashes.json``), and checked by the generic invariants and retail's own.
 
-The faults (:data:`FAULTS`) are the catalog's, fitted to turns of one call each:
+The faults (:data:`agentlab.lab.tau2_faults.TAU2_FAULTS`) are the catalog's, fitted to turns of one call each:
 
 =========================  ================================================================================
 ``none``                   the control row
@@ -66,6 +66,7 @@ from agentlab.lab.tau2_faults import (  # noqa: F401 (the faults' names, importa
     ORDER_SLOW_DDL,
     ORDER_SLOW_INSTALLED,
     ORDER_SLOW_SEEN,
+    TAU2_FAULTS,
     WRITE_PREFIXES,
     CrashAfterWriteCommit,
     FirstSentWrong,
@@ -429,7 +430,7 @@ def render(result: Tau2Result) -> str:
 
 def main(args) -> int:
     """Run the command; 0 when it ran (whatever matched), 2 on a bad argument."""
-    faults = list(FAULTS) if args.faults == ["all"] else args.faults
+    faults = list(TAU2_FAULTS) if args.faults == ["all"] else args.faults
     try:
         result = asyncio.run(run_tau2(args.presets, faults, args.tasks, fixed=args.fixed,
                                       concurrency=args.concurrency, progress=None if not args.json else False))

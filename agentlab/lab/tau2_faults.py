@@ -1,7 +1,7 @@
 """The retail (tau2) faults: what the failure lab injects into a tau2 task, each by a real mechanism (a
 write watched on the wire, a crash after its COMMIT, an argument first sent wrong, a second session holding the
 order's row lock, a trigger that sleeps in the first order write). The module docstring of
-:mod:`agentlab.lab.tau2` tells each one; :data:`FAULTS` lists them by name.
+:mod:`agentlab.lab.tau2` tells each one; :data:`TAU2_FAULTS` lists them by name.
 """
 
 from __future__ import annotations
@@ -311,7 +311,7 @@ class SlowOrderWrite(SlowStatement):
         await finish_background(run.background)
 
 
-FAULTS: dict[str, Fault] = {f.name: f for f in (
+TAU2_FAULTS: dict[str, Fault] = {f.name: f for f in (
     CATALOG["none"],
     MidWrite("crash_mid_node", "crash_mid_node",
              "crash inside a multi-row write (before its 2nd statement); resume in a new process", "transaction"),
@@ -337,10 +337,12 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
 )}
 """Retail's faults, by name (see the module docstring)."""
 
+FAULTS = TAU2_FAULTS  # kept import path: the old name, which the catalog's FAULTS (agentlab.lab.faults) shares
+
 
 def get_fault(name: str) -> Fault:
     """The named retail fault. Raises ValueError naming the known ones."""
     try:
-        return FAULTS[name]
+        return TAU2_FAULTS[name]
     except KeyError:
-        raise ValueError(f"unknown tau2 fault {name!r}; choose one of: {', '.join(FAULTS)}") from None
+        raise ValueError(f"unknown tau2 fault {name!r}; choose one of: {', '.join(TAU2_FAULTS)}") from None
