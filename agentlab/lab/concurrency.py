@@ -67,10 +67,11 @@ from psycopg import sql
 
 from agentlab.core.domain import Violation
 from agentlab.core.graph import RETRY_ATTEMPTS, build_graph, run_config
-from agentlab.core.outbox import OutboxWorker
 from agentlab.core.run_lock import ThreadBusy, thread_lease
 from agentlab.core.scenario import Scenario
 from agentlab.domains.billing.limits import DAILY_REFUND_CAP_CENTS
+from agentlab.lab import loop
+from agentlab.lab.clients.pairs import PairClient, PairRun, ThreadsWorker
 from agentlab.lab.faults import (  # noqa: F401 (importable from here as before)
     CONCURRENCY_FAULTS,
     DOMAIN_RACES,
@@ -84,6 +85,7 @@ from agentlab.lab.rendezvous import (  # noqa: F401 (the barrier moved to agentl
     Rendezvous,
     meets_at,
 )
+from agentlab.runtime.harness import Episode
 
 KINDS: tuple[str, ...] = ("paid_twice", "lost_update", "cap_exceeded", "forked_thread")
 
@@ -182,31 +184,35 @@ async def run_concurrent(lab, fault: Concurrent, sg, *, scenario: str, seed: int
     convs = [Conversation("A", thread, sc_a, seed),
              Conversation("B", thread if fault.same_thread else f"{thread}-b", sc_b, seed + 1)]
     gate = Rendezvous(h.pool, ("A", "B"), meets_at(*fault.acts))
-    ep, threads, histories = await _play_pair(lab, sg, convs, gate, ids, model, thread)
-    errors = [f"{c.name}: {c.error}" for c in convs if c.error]
     intended = fault.end_state(sc_a)
-    violations: list[Violation] = []
-    if check:
+
+    async def checker(ep, threads: list[str], histories: dict[str, list]) -> list[Violation]:
         records, ledger = await read_records(h.pool, sg.schema, ids, thread)
         for t in threads[1:]:
             ledger |= (await read_records(h.pool, sg.schema, ids, t))[1]
         # the state and what both were told, on the union; the message checks on each thread's own history
-        violations = [v for v in check_state(ep, intended, sg, records, ledger if sg.ledger else None)
-                      if v.kind not in MESSAGE_CHECKS]
+        found = [v for v in check_state(ep, intended, sg, records, ledger if sg.ledger else None)
+                 if v.kind not in MESSAGE_CHECKS]
         for t in threads:
-            violations += check_messages(histories[t], t, sg)
+            found += check_messages(histories[t], t, sg)
         opening = {cid: spec.credit_cents for cid, spec in zip(ids, sc_a.customers)}
-        violations += await check_concurrency(h.pool, sg.schema, ids, opening, threads)
+        return found + await check_concurrency(h.pool, sg.schema, ids, opening, threads)
+
+    ep, threads, _, violations = await _play_pair(lab, sg, convs, gate, ids, model, thread, fault,
+                                                  checker if check else None)
+    errors = [f"{c.name}: {c.error}" for c in convs if c.error]
     ep.wall_ms = (time.perf_counter() - t0) * 1000
     notes: dict[str, Any] = {"rendezvous": gate.account(), "refused": [c.name for c in convs if c.refused],
                              "errors": errors, "threads": threads}
     return ep, intended, notes, violations
 
 
-async def _play_pair(lab, sg, convs: list[Conversation], gate: Rendezvous, ids: list[int], model, thread: str):
-    """Both conversations at once (each a graph run of its own, under the thread lease with ``run_lock``),
-    then their histories read back and the outbox drained: ``(episode, threads, histories by thread)``."""
-    from agentlab.runtime.harness import Episode
+async def _play_pair(lab, sg, convs: list[Conversation], gate: Rendezvous, ids: list[int], model, thread: str,
+                     fault, checker=None):
+    """Both conversations at once (each a graph run of its own, under the thread lease with ``run_lock``), played
+    through the lab's one loop (:class:`agentlab.lab.clients.pairs.PairClient`): their histories read back, the
+    outbox drained, then ``await checker(ep, threads, histories)`` (None: no check). Returns ``(episode, threads,
+    histories by thread, violations)``."""
     from agentlab.sim.model import ScriptedChatModel
 
     h, process = lab.harness, lab.process
@@ -253,23 +259,37 @@ async def _play_pair(lab, sg, convs: list[Conversation], gate: Rendezvous, ids: 
             if c is convs[0]:
                 lease_asked.set()  # whatever ended A, B never waits for it
 
-    await asyncio.gather(*(play(c) for c in convs))
     threads = list(dict.fromkeys(c.thread_id for c in convs))
     histories: dict[str, list] = {}
-    sc_a = convs[0].scenario
-    ep = Episode(sc_a.name, sg.name, thread, convs[0].seed, ids, sg.schema, sc_a.tenant_id)
-    for t in threads:
-        snapshot = await process.graph(sg).aget_state(run_config(t))
-        values = snapshot.values if snapshot is not None else {}
-        histories[t] = list(values.get("messages", []))
-        ep.rollbacks_total += values.get("rollbacks_total", 0)
-        ep.escalated |= bool(values.get("escalated", False))
-    if sg.outbox:
+
+    async def play_both() -> None:
+        await asyncio.gather(*(play(c) for c in convs))
+
+    async def read() -> dict:
+        values_by_thread = {}
         for t in threads:
-            ep.drain = await OutboxWorker(process.pool, h.provider, thread_id=t).drain()
-    ep.messages = [m for t in threads for m in histories[t]]
-    ep.error = "; ".join(f"{c.name}: {c.error}" for c in convs if c.error) or None
-    return ep, threads, histories
+            snapshot = await process.graph(sg).aget_state(run_config(t))
+            values_by_thread[t] = snapshot.values if snapshot is not None else {}
+            histories[t] = list(values_by_thread[t].get("messages", []))
+        return values_by_thread
+
+    def episode(values_by_thread: dict, drain) -> Episode:
+        sc_a = convs[0].scenario
+        ep = Episode(sc_a.name, sg.name, thread, convs[0].seed, ids, sg.schema, sc_a.tenant_id)
+        for values in values_by_thread.values():
+            ep.rollbacks_total += values.get("rollbacks_total", 0)
+            ep.escalated |= bool(values.get("escalated", False))
+        if drain is not None:
+            ep.drain = drain
+        ep.messages = [m for t in threads for m in histories[t]]
+        ep.error = "; ".join(f"{c.name}: {c.error}" for c in convs if c.error) or None
+        return ep
+
+    run = PairRun(h, sg, thread, convs[0].seed, ThreadsWorker(process.pool, h.provider, threads))
+    client = PairClient(run, play=play_both, read=read, episode=episode)
+    check = (lambda ep: checker(ep, threads, histories)) if checker is not None else None
+    ep, violations = await loop.run(client, loop.Workload(convs[0].scenario, convs[0].scenario.prompt), fault, check)
+    return ep, threads, histories, violations
 
 
 # --------------------------------------------------------------------------- a domain's own races (retail's)
@@ -292,20 +312,24 @@ async def run_domain_races(lab, fault: Concurrent, sg, *, race: str, seed: int, 
     convs = [Conversation("A", thread, sc_a, seed),
              Conversation("B", thread if fault.same_thread else f"{thread}-b", sc_b, seed + 1)]
     gate = Rendezvous(h.pool, ("A", "B"), meets_at(*races.acts))
-    ep, threads, histories = await _play_pair(lab, sg, convs, gate, [], model, thread)
-    errors = [f"{c.name}: {c.error}" for c in convs if c.error]
-    violations: list[Violation] = []
-    if check:
+
+    async def checker(ep, threads: list[str], histories: dict[str, list]) -> list[Violation]:
+        found: list[Violation] = []
         for t in threads:
             one = dataclasses.replace(ep, thread_id=t, messages=histories[t])
-            violations += await check_generic(h.pool, one, sg, h.domain.error_hints.identifiers)
+            found += await check_generic(h.pool, one, sg, h.domain.error_hints.identifiers)
         async with h.pool.connection() as conn:
-            violations += [Violation(kind, thread, detail) for kind, detail in await races.check(conn, rows)]
+            found += [Violation(kind, thread, detail) for kind, detail in await races.check(conn, rows)]
             for t in threads:
                 roots, children = await (await conn.execute(CHECKPOINT_SHAPE, (t,))).fetchone()
                 if roots > 1 or children > 1:
-                    violations.append(Violation("forked_thread", t, f"{roots} root checkpoints, at most {children} "
-                                                                   "children of one checkpoint"))
+                    found.append(Violation("forked_thread", t, f"{roots} root checkpoints, at most {children} "
+                                                              "children of one checkpoint"))
+        return found
+
+    ep, threads, _, violations = await _play_pair(lab, sg, convs, gate, [], model, thread, fault,
+                                                  checker if check else None)
+    errors = [f"{c.name}: {c.error}" for c in convs if c.error]
     ep.wall_ms = (time.perf_counter() - t0) * 1000
     notes: dict[str, Any] = {"rendezvous": gate.account(), "refused": [c.name for c in convs if c.refused],
                              "errors": errors, "threads": threads, "race": race,

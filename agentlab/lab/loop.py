@@ -32,8 +32,8 @@ generic kinds and the domain's invariants); the nemesis is the fault (:mod:`agen
 What differs between agents (which process, which graph, how an error is written down) lives in the
 client; the loop holds what is the same for all of them. A fault acts on ``client.run`` (a
 :class:`RunAccess`: the harness's pool and provider, the episode's thread, notes and
-saver). A workload of two conversations at once (the concurrency family) has its own loop,
-:func:`agentlab.lab.concurrency.run_concurrent`.
+saver). A workload of two conversations at once (the concurrency family) is one client too
+(:class:`agentlab.lab.clients.pairs.PairClient`: both runs at once, met at a rendezvous).
 
 Sources: Jepsen's test map (``:client``, ``:nemesis``, ``:generator``, ``:checker``; jepsen.io);
 LangGraph docs "Persistence" (resuming a thread with ``None`` input, durability modes).

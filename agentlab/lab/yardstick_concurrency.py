@@ -42,14 +42,15 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage
 
-from agentlab.core.outbox import OutboxWorker
 from agentlab.core.run_lock import ThreadBusy, invoke_with_lease
+from agentlab.lab import loop
 from agentlab.lab.agents import (
     AgentSpec,
     as_domain_messages,
     describe_raised,
     rename_script,
 )
+from agentlab.lab.clients.pairs import PairClient, PairRun, ThreadsWorker
 from agentlab.lab.concurrency import MESSAGE_CHECKS, check_concurrency
 from agentlab.lab.faults import Concurrent
 from agentlab.lab.invariants import check_messages, check_state, read_records
@@ -78,6 +79,88 @@ class Run:
     messages: list = field(default_factory=list)
 
 
+class AgentPair:
+    """The two runs of one agent's graph for :func:`run_two`, as the moves of a
+    :class:`agentlab.lab.clients.pairs.PairClient`: ``setup`` (both processes up before either run starts: neither
+    gets a head start), ``play_both``, ``settle`` (the work the agent left running), ``read`` (each thread's
+    history), ``episode``, ``teardown`` and ``check`` (the state on the union, the messages per thread)."""
+
+    def __init__(self, ys: Any, spec: AgentSpec, fault: Concurrent, out: Any, runs: list[Run], gate: Rendezvous,
+                 thread: str, ids: list[int]):
+        self.ys, self.spec, self.fault, self.out, self.runs, self.gate = ys, spec, fault, out, runs, gate
+        self.thread, self.ids = thread, ids
+        self.sg = spec.checked_as
+        self.names = dict(spec.tool_names)
+        self.processes: list = []
+        self.before = set(asyncio.all_tasks())
+        self.threads = list(dict.fromkeys(r.thread_id for r in runs))
+        self.histories: dict[str, list] = {}
+
+    async def setup(self) -> None:
+        for r in self.runs:
+            process = await self.ys.open_process(self.processes)
+            script = rename_script(r.scenario.script(self.ids), self.names)
+            r.graph = self.ys.build(self.spec, process, script, r.seed, self.out,
+                                    pool=self.gate.wrap(r.party, process.pool))
+
+    async def play(self, r: Run) -> None:
+        kit, sg, h = self.spec.safeguards is not None, self.sg, self.ys.harness
+        config = {"configurable": {"thread_id": r.thread_id, "tenant_id": r.scenario.tenant_id}}
+        if kit:
+            from agentlab.core.graph import run_config
+
+            config = run_config(r.thread_id, tenant_id=r.scenario.tenant_id)
+        inputs = {"messages": [HumanMessage(self.ys.prompt(r.scenario, self.ids))]}
+        try:
+            if kit and sg.run_lock:
+                await invoke_with_lease(r.graph, h.pool, inputs, config, wait_ms=sg.run_lock_wait_ms,
+                                        durability="async")
+            else:
+                await r.graph.ainvoke(inputs, config, durability="async")
+        except ThreadBusy:
+            r.raised = REFUSED
+        except Exception as exc:  # noqa: BLE001 (what the agent raised is a result)
+            r.raised = describe_raised(exc)
+        finally:
+            self.gate.leave(r.party)
+
+    async def play_both(self) -> None:
+        await asyncio.gather(*(self.play(r) for r in self.runs))
+
+    async def settle(self) -> None:
+        await self.ys.quiet(self.before)
+
+    async def read(self) -> dict[str, list]:
+        for r in self.runs:
+            if r.thread_id not in self.histories:
+                snapshot = await r.graph.aget_state({"configurable": {"thread_id": r.thread_id}})
+                self.histories[r.thread_id] = list((snapshot.values if snapshot is not None else {}).get("messages", []))
+        return self.histories
+
+    def episode(self, histories: dict[str, list], drain) -> Episode:
+        sc_a = self.runs[0].scenario
+        return Episode(sc_a.name, self.spec.name, self.thread, self.out.seed, self.ids, self.sg.schema, sc_a.tenant_id,
+                       messages=[m for t in self.threads for m in as_domain_messages(histories[t], self.names)])
+
+    async def teardown(self) -> None:
+        for p in self.processes:
+            await p.close()
+
+    async def check(self, ep: Episode) -> list:
+        h, sg, ids, threads = self.ys.harness, self.sg, self.ids, self.threads
+        sc_a = self.runs[0].scenario
+        records, ledger = await read_records(h.pool, sg.schema, ids, self.thread)
+        for t in threads[1:]:
+            ledger |= (await read_records(h.pool, sg.schema, ids, t))[1]
+        # the state and what both were told, on the union; the message checks on each thread's own history
+        found = [v for v in check_state(ep, self.fault.end_state(sc_a), sg, records, ledger if sg.ledger else None)
+                 if v.kind not in MESSAGE_CHECKS]
+        for t in threads:
+            found += check_messages(as_domain_messages(self.histories[t], self.names), t, sg)
+        opening = {cid: c.credit_cents for cid, c in zip(ids, sc_a.customers)}
+        return found + await check_concurrency(h.pool, sg.schema, ids, opening, threads)
+
+
 async def run_two(ys: Any, spec: AgentSpec, fault: Concurrent, out: Any) -> Any:
     """Play ``fault`` with ``spec``'s graph run twice at once on the harness of ``ys`` (the
     :class:`agentlab.lab.yardstick.Yardstick` calling), check it, and fill ``out`` (its
@@ -99,68 +182,16 @@ async def run_two(ys: Any, spec: AgentSpec, fault: Concurrent, out: Any) -> Any:
     runs = [Run("A", thread, sc_a, out.seed), Run("B", thread if fault.same_thread else f"{thread}-b", sc_b, out.seed + 1)]
     gate = Rendezvous(h.pool, PARTIES, meets_at(*fault.acts), timeout_s=BARRIER_S)
     out.network_provider = NetworkProvider(h.provider)
-    kit = spec.safeguards is not None
-    processes = []
-    before = set(asyncio.all_tasks())
-    try:
-        for r in runs:  # both processes up before either run starts: neither gets a head start
-            process = await ys.open_process(processes)
-            script = rename_script(r.scenario.script(ids), dict(spec.tool_names))
-            r.graph = ys.build(spec, process, script, r.seed, out, pool=gate.wrap(r.party, process.pool))
-
-        async def play(r: Run) -> None:
-            config = {"configurable": {"thread_id": r.thread_id, "tenant_id": r.scenario.tenant_id}}
-            if kit:
-                from agentlab.core.graph import run_config
-
-                config = run_config(r.thread_id, tenant_id=r.scenario.tenant_id)
-            inputs = {"messages": [HumanMessage(ys.prompt(r.scenario, ids))]}
-            try:
-                if kit and sg.run_lock:
-                    await invoke_with_lease(r.graph, h.pool, inputs, config, wait_ms=sg.run_lock_wait_ms,
-                                            durability="async")
-                else:
-                    await r.graph.ainvoke(inputs, config, durability="async")
-            except ThreadBusy:
-                r.raised = REFUSED
-            except Exception as exc:  # noqa: BLE001 (what the agent raised is a result)
-                r.raised = describe_raised(exc)
-            finally:
-                gate.leave(r.party)
-
-        await asyncio.gather(*(play(r) for r in runs))
-        await ys.quiet(before)
-        threads = list(dict.fromkeys(r.thread_id for r in runs))
-        histories: dict[str, list] = {}
-        for r in runs:
-            if r.thread_id not in histories:
-                snapshot = await r.graph.aget_state({"configurable": {"thread_id": r.thread_id}})
-                histories[r.thread_id] = list((snapshot.values if snapshot is not None else {}).get("messages", []))
-        if out.outbox:
-            for t in threads:
-                await OutboxWorker(h.pool, out.network_provider, thread_id=t).drain()
-        await h.events.flush()
-    finally:
-        for p in processes:
-            await p.close()
-    out.messages = [m for t in threads for m in histories[t]]
+    pair = AgentPair(ys, spec, fault, out, runs, gate, thread, ids)
+    client = PairClient(PairRun(h, sg, thread, out.seed, ThreadsWorker(h.pool, out.network_provider, pair.threads),
+                                notes=out.notes),
+                        play=pair.play_both, read=pair.read, episode=pair.episode, setup=pair.setup,
+                        teardown=pair.teardown, settle=pair.settle, flush=h.events.flush)
+    _, out.violations = await loop.run(client, loop.Workload(sc_a, ys.prompt(sc_a, ids)), fault, pair.check)
+    out.messages = [m for t in pair.threads for m in pair.histories[t]]
     raised = {r.party: r.raised for r in runs if r.raised}
     out.raised = "; ".join(f"{n} of 2 runs: {what}" for what, n in Counter(raised.values()).items()) or None
-    out.notes.update(rendezvous=gate.account(), threads=threads, raised_by=raised)
-    names = dict(spec.tool_names)
-    domain_histories = {t: as_domain_messages(histories[t], names) for t in threads}
-    ep = Episode(sc_a.name, spec.name, thread, out.seed, ids, sg.schema, sc_a.tenant_id,
-                 messages=[m for t in threads for m in domain_histories[t]])
-    records, ledger = await read_records(h.pool, sg.schema, ids, thread)
-    for t in threads[1:]:
-        ledger |= (await read_records(h.pool, sg.schema, ids, t))[1]
-    # the state and what both were told, on the union; the message checks on each thread's own history
-    out.violations = [v for v in check_state(ep, fault.end_state(sc_a), sg, records, ledger if sg.ledger else None)
-                      if v.kind not in MESSAGE_CHECKS]
-    for t in threads:
-        out.violations += check_messages(domain_histories[t], t, sg)
-    opening = {cid: c.credit_cents for cid, c in zip(ids, sc_a.customers)}
-    out.violations += await check_concurrency(h.pool, sg.schema, ids, opening, threads)
+    out.notes.update(rendezvous=gate.account(), threads=pair.threads, raised_by=raised)
     if not gate.arrived:
         out.status = NA
         out.reason = (f"the barrier meets at the domain's statement for this anomaly; {spec.name}'s tools never "
