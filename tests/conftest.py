@@ -261,6 +261,18 @@ async def scalar(h: Harness, query: str, params=()):
     return rows[0][0] if rows else None
 
 
+async def customer_state(h: Harness, customer_id: int) -> dict:
+    """What the database and the provider hold for one billing customer: credit left (cents), credit memos,
+    refunds, refunds the provider paid."""
+    return {
+        "credit": await scalar(h, "SELECT credit_cents FROM customers WHERE id = %s", (customer_id,)),
+        "memos": await scalar(h, "SELECT count(*) FROM credit_memos WHERE customer_id = %s", (customer_id,)),
+        "refunds": await scalar(h, "SELECT count(*) FROM refunds WHERE customer_id = %s", (customer_id,)),
+        "paid_refunds": await scalar(
+            h, "SELECT count(*) FROM provider.payments WHERE customer = %s AND kind = 'refund'", (f"cus_{customer_id}",)),
+    }
+
+
 class TurnModel:
     """Builds a LangChain chat model that answers by the number of AIMessages already in the history:
     reply ``n`` is ``turns[n](messages)`` (an AIMessage, or a callable of the history giving one), and a

@@ -19,7 +19,7 @@ from agentlab.lab.faults import Fault
 from agentlab.lab.yardstick import Yardstick, as_domain_messages
 from agentlab.lab.yardstick_faults import YARDSTICK_FAULTS, register_fault
 from agentlab.lab.yardstick_table import run_yardstick
-from conftest import fetch, scalar
+from conftest import customer_state, fetch, scalar
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -27,13 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 async def state_of(h, run) -> dict:
     """What the database and the provider hold for the run's single customer."""
     (cid,) = run.customer_ids
-    return {
-        "credit": await scalar(h, "SELECT credit_cents FROM customers WHERE id = %s", (cid,)),
-        "memos": await scalar(h, "SELECT count(*) FROM credit_memos WHERE customer_id = %s", (cid,)),
-        "refunds": await scalar(h, "SELECT count(*) FROM refunds WHERE customer_id = %s", (cid,)),
-        "paid_refunds": await scalar(h, "SELECT count(*) FROM provider.payments WHERE customer = %s AND kind = 'refund'",
-                                     (f"cus_{cid}",)),
-    }
+    return await customer_state(h, cid)
 
 
 def calls_and_answers(messages) -> tuple[int, int]:

@@ -14,20 +14,14 @@ import pytest
 
 from agentlab.lab.nemesis.death import ARM, CRASH_INSIDE_STEP, EXIT_CODE, claim
 from agentlab.lab.yardstick import Yardstick
-from conftest import scalar
+from conftest import customer_state, scalar
 
 OPENING_CENTS = 5000  # the refund story's customer; the refund is 2500
 
 
 async def end_state(h, run) -> dict:
     (cid,) = run.customer_ids
-    return {
-        "credit": await scalar(h, "SELECT credit_cents FROM customers WHERE id = %s", (cid,)),
-        "memos": await scalar(h, "SELECT count(*) FROM credit_memos WHERE customer_id = %s", (cid,)),
-        "refunds": await scalar(h, "SELECT count(*) FROM refunds WHERE customer_id = %s", (cid,)),
-        "paid_refunds": await scalar(h, "SELECT count(*) FROM provider.payments WHERE customer = %s AND kind = 'refund'",
-                                     (f"cus_{cid}",)),
-    }
+    return await customer_state(h, cid)
 
 
 def died_for_real(run) -> bool:

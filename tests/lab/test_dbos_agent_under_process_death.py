@@ -13,7 +13,7 @@ pytest.importorskip("dbos", reason="DBOS Transact is an optional install: pip in
 
 from agentlab.lab.clients.dbos_agent import sqlalchemy_url  # noqa: E402 (after the skip)
 from agentlab.lab.engines import run_dbos_episode  # noqa: E402
-from conftest import fetch, scalar  # noqa: E402
+from conftest import customer_state, fetch, scalar  # noqa: E402
 
 OPENING_CREDIT_CENTS = 5000  # billing's refund story: one customer with 50.00 of store credit
 REFUND_CENTS = 2500
@@ -21,13 +21,7 @@ REFUND_CENTS = 2500
 
 async def held(h, customer_id: int) -> dict:
     """What the database and the provider hold for the episode's customer."""
-    return {
-        "credit": await scalar(h, "SELECT credit_cents FROM customers WHERE id = %s", (customer_id,)),
-        "memos": await scalar(h, "SELECT count(*) FROM credit_memos WHERE customer_id = %s", (customer_id,)),
-        "refunds": await scalar(h, "SELECT count(*) FROM refunds WHERE customer_id = %s", (customer_id,)),
-        "paid_refunds": await scalar(
-            h, "SELECT count(*) FROM provider.payments WHERE customer = %s AND kind = 'refund'", (f"cus_{customer_id}",)),
-    }
+    return await customer_state(h, customer_id)
 
 
 def kinds(ep) -> dict[str, int]:

@@ -30,6 +30,15 @@ def build_agent(spec: AgentSpec, process, model, run, domain, events, *, pool=No
     return graph
 
 
+def agent_episode(spec: AgentSpec, run, state: dict) -> Episode:
+    """The :class:`agentlab.runtime.harness.Episode` the checker reads of an agent's end ``state``: its messages
+    kept in ``run.messages`` as the agent wrote them, and given to the checker with the domain's tool names."""
+    sc = run.scenario
+    run.messages = list(state.get("messages", []))
+    return Episode(sc.name, spec.name, run.thread_id, run.seed, run.customer_ids, run.safeguards.schema, sc.tenant_id,
+                   messages=as_domain_messages(run.messages, dict(spec.tool_names)))
+
+
 class GraphAgentClient:
     """One episode of a LangGraph agent. ``run`` is the :class:`agentlab.lab.clients.agent_process.AgentRun` a fault acts
     on (its ``raised`` names what the agent raised, :func:`agentlab.lab.agents.describe_raised`); ``needs``
@@ -105,7 +114,4 @@ class GraphAgentClient:
             await p.close()
 
     def episode(self, state: dict, drain: DrainStats | None) -> Episode:
-        r, sc = self.run, self.run.scenario
-        r.messages = list(state.get("messages", []))
-        return Episode(sc.name, self.spec.name, r.thread_id, r.seed, r.customer_ids, r.safeguards.schema,
-                       sc.tenant_id, messages=as_domain_messages(r.messages, dict(self.spec.tool_names)))
+        return agent_episode(self.spec, self.run, state)

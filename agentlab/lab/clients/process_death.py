@@ -22,9 +22,8 @@ from langgraph.errors import EmptyInputError
 
 from agentlab.core.errors import AgentlabError, SimulatedCrash
 from agentlab.core.outbox import DrainStats, OutboxWorker
-from agentlab.lab.agents import as_domain_messages
 from agentlab.lab.clients.agent_process import EpisodeProcess
-from agentlab.lab.clients.graph_agent import build_agent
+from agentlab.lab.clients.graph_agent import agent_episode, build_agent
 from agentlab.lab.nemesis.death import EXIT_CODE, flag_name
 from agentlab.runtime.harness import Episode
 from agentlab.sim.model import ScriptedChatModel
@@ -147,7 +146,4 @@ class ChildProcessClient:
         self.run.notes["exit_codes"] = list(self.exit_codes)
 
     def episode(self, state: dict, drain: DrainStats | None) -> Episode:
-        r, sc = self.run, self.run.scenario
-        r.messages = list(state.get("messages", []))
-        return Episode(sc.name, self.spec.name, r.thread_id, r.seed, r.customer_ids, r.safeguards.schema,
-                       sc.tenant_id, messages=as_domain_messages(r.messages, dict(self.spec.tool_names)))
+        return agent_episode(self.spec, self.run, state)
