@@ -5,7 +5,9 @@ process that runs the agent (:func:`agentlab.lab.clients.temporal_server.shared_
 episode (the episode's thread id), and each worker life a child process
 (:mod:`agentlab.lab.clients.temporal_app`): :meth:`TemporalAgent.start` runs the first, which starts the
 workflow; after it died, :meth:`TemporalAgent.recover` runs a new one on the same queue, to which the server
-hands the workflow and the activity whose worker died (after its 3 s start-to-close timeout). What Temporal
+hands the workflow and the activity whose worker died (measured: its second attempt starts 4 s after it was
+scheduled, the 3 s start-to-close timeout and the default 1 s backoff; then the next workflow task waits 10 s on
+the dead worker's sticky queue, the SDK's default ``sticky_queue_schedule_to_start_timeout``). What Temporal
 recorded (the workflow's history: the model's and the tools' activity results) maps back to the kit's
 messages, so the generic checker runs unchanged, and Temporal's own verdict (``COMPLETED``, ``FAILED``, or
 ``RUNNING`` when the time cap ended the life) is reported beside it.
