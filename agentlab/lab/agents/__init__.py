@@ -74,7 +74,7 @@ class AgentSpec:
         ref: the ``"package.module:factory"`` it was resolved from (None: a built-in name or an object), so
             that another process can rebuild it (:mod:`agentlab.lab.clients.process_death`).
         engine: a durable engine's agent, run by the lab in child processes instead of built here
-            (``"dbos"``: :mod:`agentlab.lab.clients.dbos_client`); None for a LangGraph agent.
+            (``"dbos"``: :mod:`agentlab.lab.clients.dbos_client`; ``"temporal"``: :mod:`agentlab.lab.clients.temporal_client`); None for a LangGraph agent.
         scenarios: the scenarios it can play (empty: every scenario of the domain); another one is ``n/a``.
     """
 
@@ -150,6 +150,21 @@ def dbos_agent(shape: str) -> AgentSpec:
                      scenarios=("refund",), description=f"DBOS Transact workflow, {what}")
 
 
+TEMPORAL_SHAPES = ("activities",)
+
+
+def temporal_agent(shape: str) -> AgentSpec:
+    """The Temporal agent of ``shape`` (:mod:`agentlab.lab.clients.temporal_app`): ``"activities"`` (an activity per
+    tool and for the model call, as Temporal's docs show). It plays billing's refund story only. Raises
+    AgentlabError naming the shapes."""
+    from agentlab.lab.agents.billing_tools import BASELINE_TOOL_NAMES
+
+    if shape not in TEMPORAL_SHAPES:
+        raise AgentlabError(f"unknown Temporal agent shape {shape!r}; choose temporal:{' or temporal:'.join(TEMPORAL_SHAPES)}")
+    return AgentSpec(f"temporal:{shape}", _engine_built_elsewhere, BASELINE_TOOL_NAMES, engine="temporal",
+                     scenarios=("refund",), description="Temporal workflow, an activity per tool")
+
+
 def _engine_built_elsewhere(ctx: AgentContext):
     raise AgentlabError("a durable engine's agent runs in its own processes (agentlab.lab.clients), not in a graph")
 
@@ -186,12 +201,14 @@ def resolve_agent(agent: AgentSpec | str | Callable | Any, *, name: str | None =
             return baseline(agent)
         if agent.startswith("dbos:"):
             return dbos_agent(agent[5:])
+        if agent.startswith("temporal:"):
+            return temporal_agent(agent[9:])
         if agent == "kit" or (agent.startswith("kit:") and agent[4:] in PRESETS):
             return kit_agent("full" if agent == "kit" else agent[4:])
         module_name, sep, attr = agent.partition(":")
         if not sep or not attr or agent.startswith("kit:"):
             raise AgentlabError(f"unknown agent {agent!r}; choose toolnode, create_agent, create_agent_hardened, kit, "
-                                f"kit:PRESET, dbos:transactions, dbos:steps "
+                                f"kit:PRESET, dbos:transactions, dbos:steps, temporal:activities "
                                 f"(presets: {', '.join(PRESETS)}) or package.module:factory")
         try:
             target = getattr(importlib.import_module(module_name), attr)
