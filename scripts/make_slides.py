@@ -76,6 +76,8 @@ SLIDES = [
           "Two redemptions read one balance at READ COMMITTED: {n} cents left where 1,500 are due; a row lock 1,500."),
     Slide("19", r"^refund_story\s+(\d+)\s+\d+\s+0\s*$",
           "The refund story against LangGraph's prebuilt `ToolNode` agent: {n} violations; the kit under `full` 0."),
+    Slide("20", r"^dbos:steps\s+(\d+)\s+\d+\s+\d+\s+\d+\s+SUCCESS\s*$",
+          "A real process death inside a DBOS step: {n} cents of 5,000 left where 2,500 are due, and DBOS says SUCCESS."),
 ]
 
 

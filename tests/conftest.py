@@ -40,6 +40,7 @@ WHOLE_FILES = frozenset({"tests/test_browser.py", "tests/test_c46_server_restart
 # here runs in collection order after these.
 LONGEST_FIRST = (
     "tests/test_browser.py",  # about 6 minutes, whole (one JupyterLab for every notebook)
+    "tests/test_rerun_safety.py::test_each_code_cell_run_twice_prints_what_it_stored[20_",  # 225 s (its DBOS agents start processes)
     "tests/test_rerun_safety.py::test_each_code_cell_run_twice_prints_what_it_stored[19_",  # 82 s
     "tests/test_bench.py::test_bench_quick_json",  # 73 s
     "tests/test_c53_eight_attendees_at_once.py",  # 43 s alone (eight kernels at once)

@@ -33,7 +33,8 @@ def test_a_notebook_and_a_file_kept_whole_are_one_unit_every_other_test_its_own(
 
 def test_the_longest_units_rank_first_and_every_prefix_names_an_existing_file():
     assert _rank("tests/test_browser.py::test_browser_each_notebook_opens_unmodified[00_setup]") == 0
-    assert _rank("tests/test_rerun_safety.py::test_each_code_cell_run_twice_prints_what_it_stored[19_your]") == 1
+    assert _rank("tests/test_rerun_safety.py::test_each_code_cell_run_twice_prints_what_it_stored[20_the]") == 1
+    assert _rank("tests/test_rerun_safety.py::test_each_code_cell_run_twice_prints_what_it_stored[19_your]") == 2
     assert _rank("tests/test_saga.py::test_x") == len(LONGEST_FIRST)
     for prefix in LONGEST_FIRST:
         assert (ROOT / prefix.split("::", 1)[0]).is_file(), prefix

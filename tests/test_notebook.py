@@ -62,3 +62,50 @@ def test_notebooks_and_solutions_import_the_kit_from_agentlab_only():
         if pattern.search(path.read_text()):
             found.append(path.name)
     assert found == []
+
+
+def _notebook_needing(tmp_path, needs):
+    import json
+
+    path = tmp_path / "99_needs.ipynb"
+    path.write_text(json.dumps({"cells": [], "metadata": {"agentlab": {"needs": needs}}, "nbformat": 4, "nbformat_minor": 5}))
+    return path
+
+
+def test_a_notebook_whose_optional_module_is_missing_names_the_line_that_installs_it(tmp_path):
+    from agentlab.runtime.notebook import missing_install
+
+    path = _notebook_needing(tmp_path, {"agentlab_no_such_engine": "pip install -r requirements-engines.txt"})
+    assert missing_install(path) == ("99_needs.ipynb needs agentlab_no_such_engine, an optional install: "
+                                     "pip install -r requirements-engines.txt")
+    assert missing_install(path, find_spec=lambda name: object()) is None  # installed: nothing to say
+    assert missing_install(_notebook_needing(tmp_path, {})) is None
+
+
+def test_notebook_20_needs_dbos_and_runs_where_it_is_installed():
+    import importlib.util
+    from pathlib import Path
+
+    from agentlab.runtime.notebook import missing_install
+
+    (path,) = (Path(__file__).resolve().parent.parent / "notebooks").glob("20_*.ipynb")
+    assert missing_install(path, find_spec=lambda name: None) == (
+        f"{path.name} needs dbos, an optional install: pip install -r requirements-engines.txt")
+    assert (missing_install(path) is None) == (importlib.util.find_spec("dbos") is not None)
+
+
+def test_without_dbos_nbval_skips_notebook_20_with_the_install_line():
+    """The collection of a pytest process where ``dbos`` cannot be imported: every cell of notebook 20 is skipped
+    (no kernel started), with the install line as the reason."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    (path,) = (root / "notebooks").glob("20_*.ipynb")
+    program = ("import sys; sys.modules['dbos'] = None; import pytest; "
+               f"sys.exit(pytest.main(['-n', '0', '-q', '-rs', {str(path.relative_to(root))!r}]))")
+    done = subprocess.run([sys.executable, "-c", program], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert " passed" not in done.stdout and " skipped" in done.stdout
+    assert "needs dbos, an optional install: pip install -r requirements-engines.txt" in done.stdout

@@ -119,3 +119,30 @@ def _drop_quietly(url: str) -> None:
         db.drop_database(url)
     except Exception:  # the server may already be gone at interpreter exit
         pass
+
+
+def missing_install(path, *, find_spec=None) -> str | None:
+    """The line that installs what the notebook at ``path`` needs beyond ``requirements.txt`` when a module of
+    it is not importable here, None when every one is (or the notebook names none).
+
+    A notebook names its optional modules in its metadata, each with the line that installs it:
+    ``{"agentlab": {"needs": {"dbos": "pip install -r requirements-engines.txt"}}}``. The repository's
+    ``conftest.py`` skips such a notebook's nbval cells with this line, and the suite's runs of it (re-run
+    safety, the browser) skip with it too, so a machine with ``requirements.txt`` alone skips notebook 20
+    where CI, which installs the engines, runs it. ``find_spec`` (default :func:`importlib.util.find_spec`)
+    decides what is importable.
+    """
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    find_spec = find_spec or importlib.util.find_spec
+    needs = json.loads(Path(path).read_text()).get("metadata", {}).get("agentlab", {}).get("needs", {})
+    for module, install in needs.items():
+        try:
+            found = find_spec(module)
+        except (ImportError, ValueError):  # a parent package missing, or a module without a spec
+            found = None
+        if found is None:
+            return f"{Path(path).name} needs {module}, an optional install: {install}"
+    return None
