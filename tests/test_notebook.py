@@ -109,3 +109,17 @@ def test_without_dbos_nbval_skips_notebook_20_with_the_install_line():
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert " passed" not in done.stdout and " skipped" in done.stdout
     assert "needs dbos, an optional install: pip install -r requirements-engines.txt" in done.stdout
+
+
+async def test_opening_notebook_20_without_the_engines_says_how_to_install_them(monkeypatch):
+    """The notebook's first cell stops on one actionable line, before it makes a database, where DBOS is missing."""
+    import sys
+
+    import pytest
+
+    from agentlab.core.errors import AgentlabError
+    from agentlab.runtime.notebook import open_notebook
+
+    monkeypatch.setitem(sys.modules, "dbos", None)  # `import dbos` fails, as without requirements-engines.txt
+    with pytest.raises(AgentlabError, match=r"needs dbos, an optional install: pip install -r requirements-engines.txt"):
+        await open_notebook("20")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import logging
 
+from agentlab.core.errors import AgentlabError
 from agentlab.runtime import db
 from agentlab.runtime.harness import Harness
 
@@ -47,7 +48,9 @@ async def open_notebook(name: str, *, keep: bool = False, domain=None) -> Harnes
     fallback, when the kernel exits without it (a kernel killed outright, as nbval stops its kernels,
     runs no exit hook: the last cell is what cleans up). Running the notebook again gives another
     fresh one; running the first cell again in the same kernel first closes the harness it opened
-    before (and drops that database), so nothing is left reconnecting. Raises :class:`agentlab.runtime.db.DatabaseUnavailable` with one actionable line.
+    before (and drops that database), so nothing is left reconnecting. Raises :class:`agentlab.runtime.db.DatabaseUnavailable` with one actionable line,
+    and :class:`agentlab.core.errors.AgentlabError` with the install line when the notebook needs an optional
+    install that is missing here (:func:`missing_install`; notebook 20: the durable engines).
     """
     import pandas as pd
 
@@ -58,6 +61,9 @@ async def open_notebook(name: str, *, keep: bool = False, domain=None) -> Harnes
     honour_semicolons()
     pd.set_option("display.max_colwidth", 90)
     pd.set_option("display.width", 160)
+    needs = notebook_needs(name)
+    if needs is not None:  # a notebook that needs an optional install says so before it starts anything
+        raise AgentlabError(needs)
     previous = _OPEN.pop(name, None)
     if previous is not None:  # the first cell run again: the old harness's pools closed, its database dropped
         await previous.close()
@@ -119,6 +125,16 @@ def _drop_quietly(url: str) -> None:
         db.drop_database(url)
     except Exception:  # the server may already be gone at interpreter exit
         pass
+
+
+def notebook_needs(name: str, *, find_spec=None) -> str | None:
+    """:func:`missing_install` for notebook ``name`` (``"20"``) of the repository's ``notebooks/`` folder; None when
+    it needs nothing missing, or when the folder is not beside the package (an installed wheel)."""
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "notebooks"
+    found = sorted(folder.glob(f"{name}_*.ipynb")) if folder.is_dir() else []
+    return missing_install(found[0], find_spec=find_spec) if found else None
 
 
 def missing_install(path, *, find_spec=None) -> str | None:
