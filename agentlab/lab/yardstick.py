@@ -94,10 +94,11 @@ def _rebuilt_by_name(spec: AgentSpec, *, scripted_model: bool) -> str | None:
 
 
 ENGINE_CAP_S = 60.0
+PYDANTIC_AI_APP = "agentlab.lab.clients.pydantic_ai_app"  # the module each life of pydantic_ai:dbos runs
 ENGINE_FAULTS = ("none", "refund_story", "crash_inside_step")
 """The faults a durable engine's agent can be put under: its tools are the refund story's, its crash is a real
 process death (the kit's in-process hooks and the scripted hallucinations of other scenarios do not reach it)."""
-ENGINE_NAMES = {"dbos": "DBOS", "temporal": "Temporal"}
+ENGINE_NAMES = {"dbos": "DBOS", "temporal": "Temporal", "pydantic_ai": "Pydantic AI"}
 
 
 def _engine_cannot_play(spec: AgentSpec, yf, scenario: str, *, scripted_model: bool) -> str | None:
@@ -105,6 +106,8 @@ def _engine_cannot_play(spec: AgentSpec, yf, scenario: str, *, scripted_model: b
     engine that is not installed says how to install it."""
     if spec.engine == "temporal":
         from agentlab.lab.clients.temporal_agent import engine_missing
+    elif spec.engine == "pydantic_ai":
+        from agentlab.lab.clients.pydantic_ai_app import engine_missing
     else:
         from agentlab.lab.clients.dbos_agent import engine_missing
 
@@ -198,6 +201,10 @@ class Yardstick:
         if spec.engine == "dbos":  # a durable engine's agent, each life a process of its own
             client = DbosClient(spec, out, shape=spec.name.split(":", 1)[1], script=script,
                                 crash=bool(getattr(yf.fault, "process_death", False)), cap_s=self.engine_cap_s)
+        elif spec.engine == "pydantic_ai":  # Pydantic AI's durable agent on DBOS: DBOS's lives, another app
+            client = DbosClient(spec, out, shape="steps", script=script,
+                                crash=bool(getattr(yf.fault, "process_death", False)), cap_s=self.engine_cap_s,
+                                app=PYDANTIC_AI_APP, measured=("pydantic-ai-slim",))
         elif spec.engine == "temporal":  # a worker per life, on the episode's task queue of a dev server
             from agentlab.lab.clients.temporal_client import TemporalClient
 

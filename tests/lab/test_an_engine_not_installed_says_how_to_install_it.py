@@ -43,3 +43,11 @@ def test_an_unknown_temporal_shape_is_refused_naming_the_shapes():
 
     with pytest.raises(AgentlabError, match="temporal:activities"):
         resolve_agent("temporal:workflows")
+
+
+async def test_without_pydantic_ai_its_cells_say_how_to_install_it(harness, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pydantic_ai", None)  # `import pydantic_ai` raises ImportError, as when absent
+    run = await Yardstick(harness).run("pydantic_ai:dbos", "crash_inside_step", scenario="refund")
+    assert run.status == "n/a" and run.violations == [] and run.customer_ids == []
+    assert run.reason == ("the Pydantic AI agent needs pydantic-ai-slim[dbos], an optional install: "
+                          "pip install -r requirements-engines.txt")

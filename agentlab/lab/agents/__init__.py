@@ -74,7 +74,8 @@ class AgentSpec:
         ref: the ``"package.module:factory"`` it was resolved from (None: a built-in name or an object), so
             that another process can rebuild it (:mod:`agentlab.lab.clients.process_death`).
         engine: a durable engine's agent, run by the lab in child processes instead of built here
-            (``"dbos"``: :mod:`agentlab.lab.clients.dbos_client`; ``"temporal"``: :mod:`agentlab.lab.clients.temporal_client`); None for a LangGraph agent.
+            (``"dbos"``: :mod:`agentlab.lab.clients.dbos_client`; ``"temporal"``: :mod:`agentlab.lab.clients.temporal_client`;
+            ``"pydantic_ai"``: the DBOS client running :mod:`agentlab.lab.clients.pydantic_ai_app`); None for a LangGraph agent.
         scenarios: the scenarios it can play (empty: every scenario of the domain); another one is ``n/a``.
     """
 
@@ -165,6 +166,22 @@ def temporal_agent(shape: str) -> AgentSpec:
                      scenarios=("refund",), description="Temporal workflow, an activity per tool")
 
 
+PYDANTIC_AI_SHAPES = ("dbos",)
+
+
+def pydantic_ai_agent(shape: str) -> AgentSpec:
+    """Pydantic AI's durable agent of ``shape`` (:mod:`agentlab.lab.clients.pydantic_ai_app`): ``"dbos"`` (an
+    ``Agent`` with ``capabilities=[DBOSDurability()]`` in a DBOS workflow, the function tools ``@DBOS.step`` functions,
+    as its docs show). It plays billing's refund story only. Raises AgentlabError naming the shapes."""
+    from agentlab.lab.agents.billing_tools import BASELINE_TOOL_NAMES
+
+    if shape not in PYDANTIC_AI_SHAPES:
+        raise AgentlabError(f"unknown Pydantic AI agent shape {shape!r}; choose "
+                            f"pydantic_ai:{' or pydantic_ai:'.join(PYDANTIC_AI_SHAPES)}")
+    return AgentSpec(f"pydantic_ai:{shape}", _engine_built_elsewhere, BASELINE_TOOL_NAMES, engine="pydantic_ai",
+                     scenarios=("refund",), description="Pydantic AI Agent with DBOSDurability, every tool a DBOS step")
+
+
 def _engine_built_elsewhere(ctx: AgentContext):
     raise AgentlabError("a durable engine's agent runs in its own processes (agentlab.lab.clients), not in a graph")
 
@@ -203,12 +220,14 @@ def resolve_agent(agent: AgentSpec | str | Callable | Any, *, name: str | None =
             return dbos_agent(agent[5:])
         if agent.startswith("temporal:"):
             return temporal_agent(agent[9:])
+        if agent.startswith("pydantic_ai:"):
+            return pydantic_ai_agent(agent[12:])
         if agent == "kit" or (agent.startswith("kit:") and agent[4:] in PRESETS):
             return kit_agent("full" if agent == "kit" else agent[4:])
         module_name, sep, attr = agent.partition(":")
         if not sep or not attr or agent.startswith("kit:"):
             raise AgentlabError(f"unknown agent {agent!r}; choose toolnode, create_agent, create_agent_hardened, kit, "
-                                f"kit:PRESET, dbos:transactions, dbos:steps, temporal:activities "
+                                f"kit:PRESET, dbos:transactions, dbos:steps, temporal:activities, pydantic_ai:dbos "
                                 f"(presets: {', '.join(PRESETS)}) or package.module:factory")
         try:
             target = getattr(importlib.import_module(module_name), attr)

@@ -58,6 +58,7 @@ CAP_S = 60.0  # how long one life may run before the lab ends it (the workflow t
 CRASH_STATEMENT = "UPDATE customers SET credit_cents"  # billing's deduction (ApplyCredit's statement)
 SYSTEM_DB_PREFIX = "agentlab_dbos_"
 ROOT = Path(__file__).resolve().parents[3]  # the directory holding the agentlab package
+APP_MODULE = "agentlab.lab.clients.dbos_app"  # the module each life runs (``python -m APP start|recover SPEC``)
 
 
 
@@ -70,10 +71,11 @@ def engine_missing() -> str | None:
     return None
 
 
-def versions() -> dict[str, str]:
-    """The measured packages' versions (``{"dbos": "3.4.0", "sqlalchemy": ..., ...}``; ``"-"`` where absent)."""
+def versions(*extra: str) -> dict[str, str]:
+    """The measured packages' versions (``{"dbos": "3.4.0", "sqlalchemy": ..., ...}``, then ``extra``'s
+    distributions; ``"-"`` where absent)."""
     out = {}
-    for name in ("dbos", "sqlalchemy", "psycopg", "langchain-core", "langgraph"):
+    for name in ("dbos", "sqlalchemy", "psycopg", "langchain-core", "langgraph", *extra):
         try:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
@@ -140,17 +142,19 @@ class DbosLife:
 
 class DbosAgent:
     """The handle on one DBOS agent run: the workflow ``workflow_id`` on ``system`` (a created
-    :class:`SystemDatabase`), its tools writing to the episode's database ``url``.
+    :class:`SystemDatabase`), its tools writing to the episode's database ``url``; each life runs the module
+    ``app`` (:data:`APP_MODULE`, or another DBOS application with the same ``start|recover SPEC`` command line
+    and :data:`MESSAGES_EVENT`, such as :mod:`agentlab.lab.clients.pydantic_ai_app`).
 
     :meth:`start` and :meth:`recover` each run one life in a child process and return its :class:`DbosLife`;
     :meth:`verdict` and :meth:`messages` read DBOS's record through ``DBOSClient``."""
 
     def __init__(self, url: str, system: SystemDatabase, workflow_id: str, shape: str, workdir: str, *,
-                 cap_s: float = CAP_S):
+                 cap_s: float = CAP_S, app: str = APP_MODULE):
         if shape not in SHAPES:
             raise ValueError(f"unknown DBOS agent shape {shape!r}; choose one of: {', '.join(SHAPES)}")
         self.url, self.system, self.workflow_id, self.shape = url, system, workflow_id, shape
-        self.workdir, self.cap_s = Path(workdir), cap_s
+        self.workdir, self.cap_s, self.app = Path(workdir), cap_s, app
         self.lives: list[DbosLife] = []
 
     def _spec(self, **extra) -> Path:
@@ -177,7 +181,7 @@ class DbosAgent:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         t0 = time.perf_counter()
         with open(log, "wb") as out:
-            proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "agentlab.lab.clients.dbos_app", mode,
+            proc = await asyncio.create_subprocess_exec(sys.executable, "-m", self.app, mode,
                                                         str(spec), stdout=out, stderr=out, env=env)
             try:
                 code: int | None = await asyncio.wait_for(proc.wait(), self.cap_s)

@@ -73,6 +73,16 @@ def build_app(app_url: str, system_url: str, provider_conninfo: str) -> dict[str
     ds = SQLAlchemyDatasource.create(app_url)
     engine = sa.create_engine(app_url)  # the steps shape's own engine, as a user opens one
 
+    refund_at_provider = provider_refunder(provider_conninfo)
+    tools = {"transactions": transaction_tools(ds, refund_at_provider), "steps": step_tools(engine, refund_at_provider)}
+    return {"workflow": agent_workflow(tools), "engines": [ds.engine, engine]}
+
+
+def provider_refunder(provider_conninfo: str):
+    """The payment provider's refund call as a tool's code makes it: ``refund_at_provider(customer_id,
+    amount_cents, reference) -> payment dict`` (the fake provider's row: ``{"id": ..., ...}``; amounts in
+    cents) on the provider's database ``provider_conninfo``. Raises what the provider raises (``psycopg.Error``)."""
+
     def refund_at_provider(customer_id: int, amount_cents: int, reference: str) -> dict:
         from agentlab.sim.provider import FakePaymentProvider
 
@@ -82,8 +92,7 @@ def build_app(app_url: str, system_url: str, provider_conninfo: str) -> dict[str
 
         return asyncio.run(call())
 
-    tools = {"transactions": transaction_tools(ds, refund_at_provider), "steps": step_tools(engine, refund_at_provider)}
-    return {"workflow": agent_workflow(tools), "engines": [ds.engine, engine]}
+    return refund_at_provider
 
 
 def transaction_tools(ds, refund_at_provider) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import tempfile
 
 from agentlab.core.errors import AgentlabError, SimulatedCrash
 from agentlab.core.outbox import DrainStats, OutboxWorker
-from agentlab.lab.clients.dbos_agent import CAP_S, CRASH_STATEMENT, DbosAgent, SystemDatabase, versions
+from agentlab.lab.clients.dbos_agent import APP_MODULE, CAP_S, CRASH_STATEMENT, DbosAgent, SystemDatabase, versions
 from agentlab.runtime.harness import Episode
 
 
@@ -26,9 +26,13 @@ class DbosClient:
     """One episode of the DBOS agent of ``shape`` (``"transactions"`` or ``"steps"``). ``run`` is the
     :class:`agentlab.lab.clients.agent_process.AgentRun` (its ``thread_id`` is the workflow's id); ``script``
     the scripted model's batches with the agent's tool names; ``crash`` arms the crash hook in each life
-    (``crash_inside_step``: the death flag decides which life dies); ``cap_s`` bounds each life in seconds."""
+    (``crash_inside_step``: the death flag decides which life dies); ``cap_s`` bounds each life in seconds; ``app`` is the module each
+    life runs (:data:`agentlab.lab.clients.dbos_agent.APP_MODULE`, or Pydantic AI's on DBOS); ``measured``
+    names the distributions whose versions are printed beside DBOS's."""
 
-    def __init__(self, spec, run, *, shape: str, script: list, crash: bool, cap_s: float = CAP_S):
+    def __init__(self, spec, run, *, shape: str, script: list, crash: bool, cap_s: float = CAP_S,
+                 app: str = APP_MODULE, measured: tuple[str, ...] = ()):
+        self.app, self.measured = app, measured
         self.spec, self.run, self.shape, self.script = spec, run, shape, script
         self.crash_after = CRASH_STATEMENT if crash else None
         self.cap_s = cap_s
@@ -44,8 +48,8 @@ class DbosClient:
         self.system = await SystemDatabase(self.run.harness.url).create()
         self.workdir = tempfile.mkdtemp(prefix="agentlab-dbos-")
         self.agent = DbosAgent(self.run.harness.url, self.system, self.run.thread_id, self.shape, self.workdir,
-                               cap_s=self.cap_s)
-        self.run.notes["engine"] = {"system_database": self.system.name, "versions": versions()}
+                               cap_s=self.cap_s, app=self.app)
+        self.run.notes["engine"] = {"system_database": self.system.name, "versions": versions(*self.measured)}
 
     async def build(self) -> None:
         pass  # each life registers the workflow with DBOS itself

@@ -1,0 +1,225 @@
+"""The refund story as Pydantic AI's docs write a durable agent on DBOS, run by the lab in a child process: one
+life per process, as :mod:`agentlab.lab.clients.dbos_app` (same command line, same parent:
+:class:`agentlab.lab.clients.dbos_agent.DbosAgent` with ``app=`` this module).
+
+What a Pydantic AI user writes (:func:`build_app`), every default untouched:
+
+- ``DBOS(config=...)`` and ``DBOS.launch()`` as DBOS's quickstart; ``Agent(model, name=..., tools=[...],
+  capabilities=[DBOSDurability()])`` (Pydantic AI "Durable Execution with DBOS"; ``DBOSDurability`` replaces
+  the deprecated ``DBOSAgent``), run with ``await agent.run(prompt)`` inside the user's ``@DBOS.workflow()``;
+  the capability makes each model request a DBOS step and runs the tool calls of one response in parallel
+  (its default, ``parallel_execution_mode="parallel_ordered_events"``);
+- the four refund tools are function tools, which the capability does not wrap: as the docs say, the user
+  makes each a ``@DBOS.step()``. They are :func:`agentlab.lab.clients.dbos_app.step_tools`' (the kit's SQL,
+  each tool its own committed connection, the refund calling the provider in the same step);
+- a tool's database error is turned into ``ModelRetry(str(exc))`` (:data:`HANDLES_TOOL_ERRORS`), as the docs'
+  tools ask the model to try again; left out, the error escapes ``agent.run`` and the workflow ends ERROR.
+  Pydantic AI validates each call's arguments against the tool's signature before running it, so a
+  malformed argument (the refund story's ``"12'"``) comes back to the model as a retry prompt and never
+  reaches the database.
+
+The model is the kit's scripted one (:class:`agentlab.sim.model.ScriptedChatModel`) behind a
+``FunctionModel``: Pydantic AI's messages are mapped to LangChain's (:func:`to_langchain`), the scripted
+model answers, and its AIMessage becomes a ``ModelResponse`` (its plan kept in ``provider_details``), so the
+same seed gives the same calls as every other agent. The run's messages, mapped to LangChain's, are published
+with ``DBOS.set_event`` (:data:`agentlab.lab.clients.dbos_app.MESSAGES_EVENT`) for the kit's checker, also
+when the run raised. The crash hook is dbos_app's :func:`agentlab.lab.clients.dbos_app.watch_for_crash`.
+
+Sources: ai.pydantic.dev "Durable Execution with DBOS", "Function Tools" (``ModelRetry``), "Unit testing"
+(``FunctionModel``); ``pydantic_ai/durable_exec/dbos/_durability.py`` (2.68.0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+from agentlab.lab.clients.dbos_app import MESSAGES_EVENT, provider_refunder, step_tools, watch_for_crash
+
+APP_NAME = "agentlab-pydantic-ai"
+INSTALL_HINT = "pip install -r requirements-engines.txt"
+AGENT_NAME = "refund_agent"
+HANDLES_TOOL_ERRORS = True  # a tool's database error becomes ModelRetry(str(exc)), as the docs' tools do
+PLAN_DETAIL = "agentlab_plan"  # the scripted model's plan, carried in ModelResponse.provider_details
+
+
+def engine_missing() -> str | None:
+    """One line saying how to install Pydantic AI (with DBOS) when it is not importable here; None when it is."""
+    try:
+        import dbos  # noqa: F401
+        import pydantic_ai  # noqa: F401
+    except ImportError:
+        return f"the Pydantic AI agent needs pydantic-ai-slim[dbos], an optional install: {INSTALL_HINT}"
+    return None
+
+
+def to_langchain(messages: list) -> list:
+    """Pydantic AI's ``ModelMessage`` list as LangChain messages: a user prompt a HumanMessage, a response an
+    AIMessage (its tool calls, its text, the scripted plan back in ``response_metadata``), a tool's return a
+    ToolMessage (``status="error"`` unless its ``outcome`` is ``"success"``: Pydantic AI 2.x returns a retry
+    or a failure as a return part), a retry prompt for a tool a ToolMessage with ``status="error"``; the
+    content is the text the model reads.
+    Other parts (system prompts, retries without a tool) are left out."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+    from pydantic_ai.messages import (
+        ModelRequest,
+        ModelResponse,
+        RetryPromptPart,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+        UserPromptPart,
+    )
+
+    from agentlab.sim.model import PLAN_KEY
+
+    out: list = []
+    for m in messages:
+        if isinstance(m, ModelResponse):
+            calls = [{"name": p.tool_name, "args": p.args_as_dict(), "id": p.tool_call_id, "type": "tool_call"}
+                     for p in m.parts if isinstance(p, ToolCallPart)]
+            text = "".join(p.content for p in m.parts if isinstance(p, TextPart))
+            plan = (m.provider_details or {}).get(PLAN_DETAIL)
+            out.append(AIMessage(content=text, tool_calls=calls, response_metadata={PLAN_KEY: plan} if plan else {}))
+        elif isinstance(m, ModelRequest):
+            for p in m.parts:
+                if isinstance(p, UserPromptPart):
+                    out.append(HumanMessage(p.content if isinstance(p.content, str) else str(p.content)))
+                elif isinstance(p, ToolReturnPart):  # a retry or a failure is a return part with its outcome
+                    out.append(ToolMessage(p.model_response_str(), tool_call_id=p.tool_call_id, name=p.tool_name,
+                                           status="success" if p.outcome == "success" else "error"))
+                elif isinstance(p, RetryPromptPart) and p.tool_name:
+                    out.append(ToolMessage(p.model_response(), tool_call_id=p.tool_call_id, name=p.tool_name,
+                                           status="error"))
+    return out
+
+
+PLAYS: dict[str, tuple[list, int]] = {}
+"""The script and seed of each workflow running in this process (workflow id -> (script, seed)), set by the
+workflow from its recorded inputs, so a recovered run plays the script it started with."""
+
+
+def scripted_model():
+    """A ``FunctionModel`` playing the current workflow's script (:data:`PLAYS`: batches of
+    :class:`agentlab.core.scenario.PlannedCall`, the agent's tool names) with
+    :class:`agentlab.sim.model.ScriptedChatModel` seeded by its seed."""
+    from dbos import DBOS
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from agentlab.sim.model import PLAN_KEY, ScriptedChatModel
+
+    def play(messages: list, info: AgentInfo) -> ModelResponse:
+        script, seed = PLAYS[DBOS.workflow_id]
+        reply = ScriptedChatModel(script=script, seed=seed).invoke(to_langchain(messages))
+        if not reply.tool_calls:
+            return ModelResponse(parts=[TextPart(str(reply.content))])
+        parts = [ToolCallPart(c["name"], c["args"], tool_call_id=c["id"]) for c in reply.tool_calls]
+        return ModelResponse(parts=parts, provider_details={PLAN_DETAIL: reply.response_metadata[PLAN_KEY]})
+
+    return FunctionModel(play, model_name="agentlab-scripted")
+
+
+def as_function_tool(step):
+    """``step`` (a ``@DBOS.step()`` tool) as the function tool the agent registers: the same signature and
+    docstring; a database error (SQLAlchemy's ``DBAPIError``) raised as ``ModelRetry`` with its text when
+    :data:`HANDLES_TOOL_ERRORS`."""
+    import functools
+
+    from pydantic_ai import ModelRetry
+    from sqlalchemy.exc import DBAPIError
+
+    if not HANDLES_TOOL_ERRORS:
+        return step
+
+    @functools.wraps(step)
+    def tool(*args, **kwargs):
+        try:
+            return step(*args, **kwargs)
+        except DBAPIError as exc:
+            raise ModelRetry(str(exc)) from exc
+
+    return tool
+
+
+def build_app(app_url: str, system_url: str, provider_conninfo: str) -> dict[str, Any]:
+    """Register the agent with DBOS as Pydantic AI's docs write it (see the module's docstring).
+
+    Args:
+        app_url: the episode's database as a SQLAlchemy URL (``postgresql+psycopg://...``).
+        system_url: DBOS's system database, a SQLAlchemy URL on the same server.
+        provider_conninfo: the payment provider's database (a psycopg conninfo).
+
+    Returns:
+        ``{"workflow": refund_agent, "engines": [engine]}``: the async workflow
+        ``refund_agent(prompt: str, script: list, seed: int) -> str`` (the agent's output) and the SQLAlchemy
+        engine the tools write through.
+    """
+    import sqlalchemy as sa
+    from dbos import DBOS, DBOSConfig
+    from langchain_core.messages import messages_to_dict
+    from pydantic_ai import Agent, capture_run_messages
+    from pydantic_ai.durable_exec.dbos import DBOSDurability
+
+    config: DBOSConfig = {"name": APP_NAME, "system_database_url": system_url}
+    DBOS(config=config)
+    engine = sa.create_engine(app_url)
+    tools = [as_function_tool(t) for t in step_tools(engine, provider_refunder(provider_conninfo)).values()]
+    agent = Agent(scripted_model(), name=AGENT_NAME, tools=tools, capabilities=[DBOSDurability()])
+
+    @DBOS.workflow()
+    async def refund_agent(prompt: str, script: list, seed: int) -> str:
+        PLAYS[DBOS.workflow_id] = (script, seed)
+        with capture_run_messages() as messages:
+            try:
+                result = await agent.run(prompt)
+            finally:
+                await DBOS.set_event_async(MESSAGES_EVENT, messages_to_dict(to_langchain(messages)))
+        return str(result.output)
+
+    return {"workflow": refund_agent, "engines": [engine]}
+
+
+async def play(mode: str, spec: dict, workflow) -> None:
+    """Start the workflow (``mode`` ``"start"``) or wait for the one ``DBOS.launch()`` recovered
+    (``"recover"``); its ERROR is the engine's verdict, read by the parent, so it is only noted here."""
+    from dbos import DBOS, SetWorkflowID
+
+    if mode == "start":
+        from agentlab.core.scenario import PlannedCall
+
+        script = [[PlannedCall(**call) for call in step] for step in spec["script"]]
+        with SetWorkflowID(spec["workflow_id"]):
+            handle = await DBOS.start_workflow_async(workflow, spec["prompt"], script, spec["seed"])
+    else:
+        handle = await DBOS.retrieve_workflow_async(spec["workflow_id"])
+    try:
+        await handle.get_result()
+    except Exception as exc:  # noqa: BLE001 (the workflow's ERROR is the engine's verdict, read by the parent)
+        print(f"agentlab: the workflow ended with {type(exc).__name__}: {exc}"[:400], file=sys.stderr, flush=True)
+
+
+def main(argv: list[str]) -> int:
+    """``start SPEC`` or ``recover SPEC`` (SPEC: the JSON file :class:`agentlab.lab.clients.dbos_agent.DbosAgent`
+    writes). Returns 0 once the workflow ended; a crash fault ends the process earlier with
+    :data:`agentlab.lab.clients.dbos_app.CRASH_EXIT_CODE`."""
+    from dbos import DBOS
+
+    mode, path = argv
+    with open(path) as f:
+        spec = json.load(f)
+    app = build_app(spec["app_url"], spec["system_url"], spec["provider_conninfo"])
+    if spec.get("crash_after_statement"):
+        watch_for_crash(app["engines"], spec["crash_after_statement"], spec["provider_conninfo"])
+    DBOS.launch()  # recovers this executor's PENDING workflows (a dead life's) in the background
+    try:
+        asyncio.run(play(mode, spec, app["workflow"]))
+    finally:
+        DBOS.destroy()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

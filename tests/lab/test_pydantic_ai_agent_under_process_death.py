@@ -1,0 +1,75 @@
+"""Pydantic AI's durable agent on DBOS (an ``Agent`` with ``capabilities=[DBOSDurability()]`` inside a
+``@DBOS.workflow``, its function tools made ``@DBOS.step`` functions, as its docs write one) under the lab's
+faults, each life a real process: what the database and the provider hold, what the kit's checker reports, and
+what DBOS says.
+
+A crash here is a process that exits (``os._exit(99)``) right after the deduction committed and before DBOS
+recorded the step; a new process recovers the workflow at ``DBOS.launch()``. Pydantic AI runs one response's
+tool calls in parallel by default, so the refund's step is in flight beside the deduction when the process
+dies: whether it had committed, and paid, is a race, and the tests assert only what every run showed.
+Pydantic AI is an optional install: without it this file skips, with the line that installs it."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pydantic_ai", reason="Pydantic AI is an optional install: pip install -r requirements-engines.txt")
+
+from agentlab.lab.yardstick import Yardstick  # noqa: E402 (after the skip)
+from conftest import customer_state, fetch  # noqa: E402
+
+OPENING_CREDIT_CENTS = 5000  # billing's refund story: one customer with 50.00 of store credit
+REFUND_CENTS = 2500
+
+
+def kinds(run) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in run.violations:
+        out[v.kind] = out.get(v.kind, 0) + 1
+    return out
+
+
+async def play(harness, fault: str):
+    run = await Yardstick(harness).run("pydantic_ai:dbos", fault, scenario="refund")
+    return run, run.notes["engine"], await customer_state(harness, run.customer_ids[0])
+
+
+async def test_a_fault_free_episode_passes_clean_and_dbos_says_success(harness):
+    run, engine, state = await play(harness, "none")
+    assert [life[1] for life in engine["lives"]] == [0]
+    assert engine["status"] == "SUCCESS" and run.raised is None
+    assert run.violations == []
+    assert state == {"credit": OPENING_CREDIT_CENTS - REFUND_CENTS, "memos": 1, "refunds": 1, "paid_refunds": 1}
+    assert engine["versions"]["pydantic-ai-slim"] != "-" and engine["versions"]["dbos"] != "-"
+    assert not await fetch(harness, "SELECT 1 FROM pg_database WHERE datname = %s", (engine["system_database"],))
+
+
+async def test_a_step_that_committed_and_died_runs_again_on_recovery(harness):
+    run, engine, state = await play(harness, "crash_inside_step")
+    assert [life[1] for life in engine["lives"]] == [99, 0]
+    assert state["credit"] == OPENING_CREDIT_CENTS - 2 * REFUND_CENTS  # the deduction ran again on recovery
+    assert (state["memos"], state["refunds"]) == (1, 1)
+    assert kinds(run)["balance_mismatch"] == 1
+    # the race with the refund's parallel step: SUCCESS when it was recorded before the death (2 of 8 runs),
+    # else ERROR after its re-run met refunds_one_per_reference, the model resent and the retries ran out
+    assert engine["status"] in ("SUCCESS", "ERROR") and state["paid_refunds"] in (0, 1)
+
+
+async def test_a_malformed_argument_never_reaches_the_database_but_the_resent_batch_does(harness):
+    run, engine, state = await play(harness, "refund_story")
+    assert [life[1] for life in engine["lives"]] == [0]
+    # "12'" fails the tool's signature (a retry for the model, no SQL); the model resends the whole batch:
+    # the memo is refused, the deduction runs again, the refund runs; the model resends again, and the memo's
+    # second ModelRetry exceeds the tool's default of 1 retry: the run raises and DBOS says ERROR
+    assert engine["status"] == "ERROR" and run.raised == "DBOS ERROR"
+    assert state == {"credit": OPENING_CREDIT_CENTS - 2 * REFUND_CENTS, "memos": 1, "refunds": 1, "paid_refunds": 1}
+    assert kinds(run) == {"balance_mismatch": 1, "leak": 3, "unanswered_call": 1}  # SQL text in 3 ModelRetry's
+
+
+def test_an_unknown_pydantic_ai_shape_is_refused_naming_the_shapes():
+    from agentlab.core.errors import AgentlabError
+    from agentlab.lab.agents import resolve_agent
+
+    assert resolve_agent("pydantic_ai:dbos").engine == "pydantic_ai"
+    with pytest.raises(AgentlabError, match="pydantic_ai:dbos"):
+        resolve_agent("pydantic_ai:temporal")
