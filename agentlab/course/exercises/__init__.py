@@ -252,8 +252,10 @@ def _case_bar(exercise: Exercise, progress: bool | None):
     only when ``progress`` is True (a stored notebook output must not change with the machine's speed)."""
     from tqdm.auto import tqdm
 
+    # mininterval 0: each of the few cases redraws the bar (once past the delay), the last one included, so
+    # the bar never closes on a count it had not drawn (tqdm's default 0.1 s skipped the last case's step)
     return tqdm(total=len(exercise.cases), desc=f"check {exercise.id}", unit="case", leave=False,
-                delay=BAR_DELAY_S, disable=progress is not True or len(exercise.cases) < 2)
+                delay=BAR_DELAY_S, mininterval=0, disable=progress is not True or len(exercise.cases) < 2)
 
 
 async def check(exercise_id: str, fn: Callable, *, timeout_s: float | None = DEFAULT_TIMEOUT_S,
