@@ -54,7 +54,9 @@ def test_c52_database_kept_by_the_demo_command_is_private(shared_room):
 
 
 def test_c52_database_of_an_experiment_is_private_while_it_runs(shared_room):
-    """An experiment's database (run_experiment, as `chaos` runs it) is polled while it exists."""
+    """An experiment's database (run_experiment, as `chaos` runs it) is polled while it runs: from the moment a
+    session is connected to it (the kit connects only once ``keep_private`` has closed it; between its CREATE and
+    that one transaction nobody is in it), its privileges are its owner's and the agent role's alone."""
     from agentlab.lab.experiments import run_experiment
 
     shared_room.as_attendee(2)
@@ -64,8 +66,9 @@ def test_c52_database_of_an_experiment_is_private_while_it_runs(shared_room):
     def poll() -> None:
         while not stop.wait(0.02):
             for (name,) in shared_room.query(
-                    "SELECT datname FROM pg_database WHERE datdba = (SELECT oid FROM pg_roles WHERE rolname = %s) "
-                    "AND NOT datistemplate", (shared_room.role(2),)):
+                    "SELECT datname FROM pg_database d WHERE datdba = (SELECT oid FROM pg_roles WHERE rolname = %s) "
+                    "AND NOT datistemplate AND EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.datname = d.datname)",
+                    (shared_room.role(2),)):
                 rows = shared_room.query(PRIVILEGES, {"other": shared_room.role(1), "own": shared_room.role(2),
                                                       "name": name})
                 if rows and name not in seen:  # gone again between the two reads: nothing to see

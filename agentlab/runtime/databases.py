@@ -267,9 +267,10 @@ def keep_private(conn: psycopg.Connection, name: str) -> None:
     from agentlab.core.agent_role import AGENT_ROLE
 
     ident = sql.Identifier(name)
-    conn.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(ident))
-    if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (AGENT_ROLE,)).fetchone():
-        conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(ident, sql.Identifier(AGENT_ROLE)))
+    with conn.transaction():  # one change: nobody ever sees the database closed to PUBLIC and not yet to the agent
+        conn.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(ident))
+        if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (AGENT_ROLE,)).fetchone():
+            conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(ident, sql.Identifier(AGENT_ROLE)))
 
 
 # What a refusal (SQLSTATE 42501) means for the kit: the right that is missing and the statement that needs it,
