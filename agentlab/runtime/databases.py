@@ -315,7 +315,22 @@ def drop_database(url_or_name: str) -> None:
     with admin_connection() as conn:
         if _exists(conn, name):
             conn.execute(sql.SQL("ALTER DATABASE {} IS_TEMPLATE false").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        try:
+            conn.execute(drop)
+        except psycopg.errors.InsufficientPrivilege:
+            # an attendee's role may not terminate the agent role's sessions (C51); the kit has closed them, and a
+            # closed session's backend exits a moment later: wait for it (at most DROP_WAIT_S), then drop again
+            deadline = time.monotonic() + DROP_WAIT_S
+            while time.monotonic() < deadline and conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND usename <> current_user",
+                    (name,)).fetchone()[0]:
+                time.sleep(0.05)
+            conn.execute(drop)
+
+
+DROP_WAIT_S = 5.0
+"""How long :func:`drop_database` waits for the closed sessions of a role it may not terminate to exit (seconds)."""
 
 
 LIST_DATABASES = """
