@@ -32,6 +32,8 @@ from agentlab.runtime.harness import Harness
 
 ROOT = Path(__file__).resolve().parent.parent
 # literal blocks that are diagrams, not code: (where, first line)
+OPTIONAL_ENGINES = {"dbos", "temporalio", "pydantic_ai"}  # requirements-engines.txt
+
 NOT_CODE = {
     ("agentlab.core.errors", "AgentlabError                   base of every error the kit raises on purpose"),
     ("agentlab.core.batch.savepoints", "BEGIN; settings, the thread's lock, the ledger look-up      (opening.open_batch)"),
@@ -84,7 +86,12 @@ def docstring_examples() -> list[tuple[str, str, str]]:
     """``(module, where, block)`` for every literal block of a public docstring in the package."""
     found = []
     for info in pkgutil.walk_packages(agentlab.__path__, "agentlab."):
-        module = importlib.import_module(info.name)
+        try:
+            module = importlib.import_module(info.name)
+        except ModuleNotFoundError as exc:  # an optional engine's app (requirements-engines.txt) not installed here
+            if exc.name in OPTIONAL_ENGINES:
+                continue
+            raise
         for obj in _public(module):
             for block in literal_blocks(inspect.getdoc(obj) or ""):
                 found.append((info.name, getattr(obj, "__qualname__", info.name), block))
