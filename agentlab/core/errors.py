@@ -119,6 +119,11 @@ class ProviderUnavailable(ProviderError, ConnectionError):
     """Raised when the provider refused the request before doing any work (HTTP 503)."""
 
 
+class ProviderRejected(ProviderError):
+    """Raised when the provider refused the request itself, before doing any work (HTTP 400, Stripe's
+    ``invalid_request_error``: an amount over its maximum): sending the same request again gets the same answer."""
+
+
 class DomainError(AgentlabError):
     """Raised when a domain or a toolset is wrong (a tool that is not strict, two tools with one name, a
     migration that edits an earlier one, an invariant that raises), before any episode runs."""

@@ -11,7 +11,8 @@ row's failure never rolls back the marks of the rows paid before it):
 3. otherwise calls the provider with the row's dedupe key as idempotency key and the row's payload
    as the body, identical on every retry; no key is ever minted here;
 4. marks the row ``dispatched``; on a timeout counts the attempt and backs off (capped,
-   exponential); after ``max_attempts``, or at once on "same key, other parameters", a topic it
+   exponential); after ``max_attempts``, or at once on "same key, other parameters", a request the
+   provider refuses as such (HTTP 400: it will refuse it again), a topic it
    does not know or a payload it cannot read (a poison row: a missing ``amount_cents``), parks the
    row as ``dead_letter`` with the reason in ``last_error``. Any other error of a dispatch counts
    as a failed attempt of that row alone; the rows after it are still dispatched.
@@ -45,6 +46,7 @@ from agentlab.core.errors import (
     Category,
     IdempotencyConflict,
     ProviderError,
+    ProviderRejected,
     ToolError,
     is_infrastructure,
 )
@@ -60,6 +62,11 @@ log = logging.getLogger(__name__)
 CHARGE_TOPIC = "payment.charge"
 REFUND_TOPIC = "payment.refund"
 NOTIFY_TOPIC = "notify.email"
+
+
+MAX_PAYMENT_CENTS = 99_999_999
+"""The largest payment the provider takes, in cents (Stripe's maximum for USD: $999,999.99); a larger one is
+refused (:class:`agentlab.core.errors.ProviderRejected`), so a domain's payment tools refuse it first."""
 
 
 def customer_ref(customer_id: int) -> str:
@@ -298,7 +305,7 @@ class OutboxWorker:
                 raise UnknownTopic(f"no dispatcher for outbox topic {topic!r}")
             stats.reconciled += found
             await run_hooks(self.hooks.after_provider_call, row_id)
-        except (IdempotencyConflict, UnknownTopic, MalformedPayload) as exc:
+        except (IdempotencyConflict, ProviderRejected, UnknownTopic, MalformedPayload) as exc:
             log.error("outbox row %s parked: %s", row_id, exc)
             await conn.execute(MARK_DEAD, (_error_text(f"parked for a human: {exc}"), row_id))
             stats.dead_lettered += 1

@@ -13,7 +13,7 @@ from agentlab.core.safeguards import PRESETS
 from agentlab.lab.faults import CONCURRENCY_FAMILY, FAULTS, OPT_IN_FAULTS
 
 DEFAULT_CONCURRENCY = 32
-YARDSTICK_ONLY_FAULTS = ("refund_story", "crash_inside_step")  # faults of agentlab.lab.yardstick the catalog does not hold
+YARDSTICK_ONLY_FAULTS = ("refund_story", "crash_inside_step", "stuck_retry")  # faults of agentlab.lab.yardstick the catalog does not hold
 DURABILITIES = ("sync", "async", "exit")  # LangGraph's durability modes
 
 

@@ -72,7 +72,7 @@ from agentlab.lab.clients.process_death import ChildProcessClient
 from agentlab.lab.faults import Concurrent
 from agentlab.lab.wire import NetworkProvider
 from agentlab.lab.workloads import scenarios
-from agentlab.lab.yardstick_faults import NA, YardstickFault, get_yardstick_fault
+from agentlab.lab.yardstick_faults import NA, STUCK_RETRY_CAP_S, YardstickFault, get_yardstick_fault
 from agentlab.runtime.harness import Harness
 from agentlab.runtime.models import prompt_for_model
 from agentlab.sim.model import ScriptedChatModel
@@ -95,9 +95,10 @@ def _rebuilt_by_name(spec: AgentSpec, *, scripted_model: bool) -> str | None:
 
 ENGINE_CAP_S = 60.0
 PYDANTIC_AI_APP = "agentlab.lab.clients.pydantic_ai_app"  # the module each life of pydantic_ai:dbos runs
-ENGINE_FAULTS = ("none", "refund_story", "crash_inside_step")
+ENGINE_FAULTS = ("none", "refund_story", "crash_inside_step", "stuck_retry")
 """The faults a durable engine's agent can be put under: its tools are the refund story's, its crash is a real
-process death (the kit's in-process hooks and the scripted hallucinations of other scenarios do not reach it)."""
+process death (the kit's in-process hooks and the scripted hallucinations of other scenarios do not reach it);
+under ``stuck_retry`` each life runs at most :data:`agentlab.lab.yardstick_faults.STUCK_RETRY_CAP_S`."""
 ENGINE_NAMES = {"dbos": "DBOS", "temporal": "Temporal", "pydantic_ai": "Pydantic AI"}
 
 
@@ -198,18 +199,19 @@ class Yardstick:
             config = run_config(out.thread_id, tenant_id=sc.tenant_id)
         durability = durability or ("sync" if yf.fault.resumes else "async")
         out.notes["durability"] = durability
+        cap_s = min(self.engine_cap_s, STUCK_RETRY_CAP_S) if yf.name == "stuck_retry" else self.engine_cap_s
         if spec.engine == "dbos":  # a durable engine's agent, each life a process of its own
             client = DbosClient(spec, out, shape=spec.name.split(":", 1)[1], script=script,
-                                crash=bool(getattr(yf.fault, "process_death", False)), cap_s=self.engine_cap_s)
+                                crash=bool(getattr(yf.fault, "process_death", False)), cap_s=cap_s)
         elif spec.engine == "pydantic_ai":  # Pydantic AI's durable agent on DBOS: DBOS's lives, another app
             client = DbosClient(spec, out, shape="steps", script=script,
-                                crash=bool(getattr(yf.fault, "process_death", False)), cap_s=self.engine_cap_s,
+                                crash=bool(getattr(yf.fault, "process_death", False)), cap_s=cap_s,
                                 app=PYDANTIC_AI_APP, measured=("pydantic-ai-slim",))
         elif spec.engine == "temporal":  # a worker per life, on the episode's task queue of a dev server
             from agentlab.lab.clients.temporal_client import TemporalClient
 
             client = TemporalClient(spec, out, script=script, crash=bool(getattr(yf.fault, "process_death", False)),
-                                    cap_s=self.engine_cap_s)
+                                    cap_s=cap_s)
         elif getattr(yf.fault, "process_death", False):  # every life of the agent a process of its own
             client = ChildProcessClient(spec, out, script=script, config=config, durability=durability,
                                         fault_name=yf.name, agent_name=rebuild_name(spec))

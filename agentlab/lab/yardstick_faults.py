@@ -32,6 +32,7 @@ from agentlab.lab.faults import (
     get_fault,
     slow_shot,
 )
+from agentlab.lab.nemesis.arguments import Hallucination
 from agentlab.lab.nemesis.base import ended_event, poll_until
 from agentlab.lab.nemesis.death import CRASH_INSIDE_STEP
 
@@ -187,11 +188,27 @@ YARDSTICK_FAULTS: dict[str, YardstickFault] = {
 }
 """The faults the yardstick runs, in table order."""
 
+def over_the_provider_maximum(cents: int, scenario) -> int:
+    """``cents`` with five zeros too many (2,500 sent as 250,000,000): over the payment provider's maximum per payment
+    (:data:`agentlab.core.outbox.MAX_PAYMENT_CENTS`), so the provider refuses it every time it is sent."""
+    return cents * 100_000
+
+
+STUCK_RETRY = Hallucination(
+    "stuck_retry", "hallucinated_argument", "the refund's amount arrives with five zeros too many; the payment "
+    "provider refuses it (HTTP 400) every time it is sent, retried or not", "validation", ("refund",),
+    tool="QueueRefund", field="amount_cents", corrupt=over_the_provider_maximum)
+STUCK_RETRY_CAP_S = 20.0
+"""How long an agent under ``stuck_retry`` may run (seconds): an engine that retries the refused request without
+limit is still retrying then; its verdict is read at the cap."""
+
 YARDSTICK_OPT_IN: dict[str, YardstickFault] = {
     "crash_inside_step": YardstickFault(CRASH_INSIDE_STEP),
+    "stuck_retry": YardstickFault(STUCK_RETRY, scripted=True),
 }
 """Faults the yardstick runs only when named (not in the default table): ``crash_inside_step`` starts a process
-per life of the agent (:mod:`agentlab.lab.nemesis.death`), a few seconds an episode."""
+per life of the agent (:mod:`agentlab.lab.nemesis.death`), a few seconds an episode; ``stuck_retry`` waits up to
+:data:`STUCK_RETRY_CAP_S` for an engine that retries without limit."""
 
 
 def register_fault(fault: Fault, *, needs: Iterable[str] = (), scripted: bool = False) -> None:

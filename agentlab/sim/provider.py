@@ -25,8 +25,8 @@ from datetime import UTC, datetime, timedelta
 
 from psycopg.types.json import Jsonb
 
-from agentlab.core.errors import IdempotencyConflict, ProviderTimeout, ProviderUnavailable
-from agentlab.core.outbox import customer_ref
+from agentlab.core.errors import IdempotencyConflict, ProviderRejected, ProviderTimeout, ProviderUnavailable
+from agentlab.core.outbox import MAX_PAYMENT_CENTS, customer_ref
 from agentlab.core.pools import connection_pool
 
 DEFAULT_RETENTION_S = 24 * 3600.0
@@ -166,6 +166,7 @@ class FakePaymentProvider(OutsideService):
 
         Raises:
             IdempotencyConflict: the key was used with other parameters.
+            ProviderRejected: an amount over :data:`agentlab.core.outbox.MAX_PAYMENT_CENTS` (refused every time).
             ProviderTimeout / ProviderUnavailable: injected network failures.
         """
         return await self._create("charge", customer_id, amount_cents, idempotency_key, reference)
@@ -192,6 +193,9 @@ class FakePaymentProvider(OutsideService):
                 "currency": "usd", "reference": reference}
         request_hash = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
         self.request_log.append((key, request_hash))
+        if amount_cents > MAX_PAYMENT_CENTS:  # Stripe: "Amount must be no more than $999,999.99"
+            raise ProviderRejected(f"invalid_request_error (400): amount_too_large: the amount must be at most "
+                                   f"{MAX_PAYMENT_CENTS} cents")
         fault = self._take_fault(customer_ref(customer_id), reference) if self._faults else None
         if fault == "unavailable":
             raise ProviderUnavailable("payment provider unavailable (503)")

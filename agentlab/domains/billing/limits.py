@@ -36,7 +36,7 @@ from agentlab.core.outbox import REFUND_TOPIC, send_payment
 from agentlab.core.scenario import C, PlannedCall, Scenario
 from agentlab.core.toolspec import StrictArgs, Toolset, tool
 from agentlab.domains.billing.scenarios import CustomerSpec, Intended
-from agentlab.domains.billing.tools import CREATE_REFUND, Cents, CustomerId, Reference, refund_dedupe_key
+from agentlab.domains.billing.tools import CREATE_REFUND, Cents, CustomerId, PaymentCents, Reference, refund_dedupe_key
 
 DAILY_REFUND_CAP_CENTS = 5000  # at most this much refunded to one customer per calendar day (server time)
 
@@ -54,7 +54,7 @@ class RefundWithinCap(StrictArgs):
 
     customer_id: CustomerId
     reference: Reference
-    amount_cents: Cents
+    amount_cents: PaymentCents
 
 
 READ_CREDIT = "SELECT tenant_id, credit_cents FROM customers WHERE id = %s"

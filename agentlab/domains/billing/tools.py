@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import BeforeValidator, Field, model_validator
 
 from agentlab.core.errors import Category, NotFound, ToolError
-from agentlab.core.outbox import CHARGE_TOPIC, REFUND_TOPIC, send_payment
+from agentlab.core.outbox import CHARGE_TOPIC, MAX_PAYMENT_CENTS, REFUND_TOPIC, send_payment
 from agentlab.core.toolspec import StrictArgs, Toolset, ToolSpec, tool
 
 if TYPE_CHECKING:
@@ -72,6 +72,10 @@ def _first_of_month(value: Any) -> date:
 
 
 Cents = Annotated[int, Field(strict=True, gt=0, le=MAX_AMOUNT_CENTS, description="amount in cents, a JSON integer")]
+PaymentCents = Annotated[int, Field(strict=True, gt=0, le=MAX_PAYMENT_CENTS,
+                                    description="amount in cents, a JSON integer, at most the payment provider's maximum")]
+"""An amount sent to the payment provider: refused here, before anything is applied, when the provider would
+refuse it (over :data:`agentlab.core.outbox.MAX_PAYMENT_CENTS`) after the batch committed."""
 CustomerId = Annotated[int, Field(strict=True, gt=0, le=MAX_ID, description="the customer's numeric id")]
 Reference = Annotated[
     str,
@@ -115,7 +119,7 @@ class QueueCharge(_Args):
 
     customer_id: CustomerId
     billing_period: BillingPeriod
-    amount_cents: Cents
+    amount_cents: PaymentCents
 
 
 class CreateCreditMemo(_Args):
@@ -133,7 +137,7 @@ class QueueRefund(_Args):
 
     customer_id: CustomerId
     reference: Reference
-    amount_cents: Cents
+    amount_cents: PaymentCents
 
 
 class ListRefunds(_Args):

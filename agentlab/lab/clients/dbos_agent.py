@@ -21,6 +21,9 @@ fault                    mechanism
                          child dies (``os._exit(99)``) before DBOS records the step; armed by a death flag
                          (:mod:`agentlab.lab.nemesis.death`) so it fires once across processes; a new child
                          recovers
+``stuck_retry``          the refund's amount is over the provider's maximum; the provider refuses it (HTTP 400);
+                         a step is not retried by default, so the error goes to the model, which resends the
+                         right amount under the same reference (the first refund row is already committed)
 =======================  =================================================================================
 
 DBOS is an optional install (``pip install -r requirements-engines.txt``); :func:`engine_missing` says so in

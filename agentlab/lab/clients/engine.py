@@ -157,10 +157,15 @@ class EngineClient:
         if engine["status"] not in self.finished and self.run.raised is None:
             self.run.raised = f"{self.engine} {engine['status']}"
 
+    async def after_verdict(self) -> None:
+        """What an engine does once its verdict is read (nothing here)."""
+
     async def close(self) -> None:
-        """The engine's verdict read, then the lives' files removed."""
+        """The engine's verdict read (then :meth:`after_verdict`), then the lives' files removed."""
         try:
             await self.read_verdict()
+            if self.agent is not None:
+                await self.after_verdict()
         finally:
             if self.workdir is not None:
                 shutil.rmtree(self.workdir, ignore_errors=True)

@@ -22,6 +22,9 @@ fault                    mechanism
                          before it reports the completion; armed by a death flag
                          (:mod:`agentlab.lab.nemesis.death`) so it fires once across processes; a new
                          worker picks the workflow up
+``stuck_retry``          the refund's amount is over the provider's maximum; the provider refuses it (HTTP 400)
+                         every time, the activity raises it, and Temporal's default retry policy (no attempt
+                         cap) runs it again until the lab's cap; the workflow is RUNNING, then terminated
 =======================  =================================================================================
 
 Temporal is an optional install (``pip install -r requirements-engines.txt``: ``temporalio`` and
@@ -112,7 +115,8 @@ class TemporalAgent:
 
     async def verdict(self) -> dict:
         """Temporal's record of the workflow: ``{"status": "COMPLETED" | "FAILED" | "RUNNING" | ...,
-        "activities": int (completed), "attempts": int (activity attempts started, retries included)}``
+        "activities": int (completed), "attempts": int (activity attempts started, retries included)}``, and
+        ``"retrying": {activity type: attempt}`` for an activity still being retried
         (``status`` ``"NOT STARTED"`` when the server has no such workflow)."""
         _, desc, history = await self._history()
         if desc is None:
@@ -120,7 +124,23 @@ class TemporalAgent:
         completed = sum(e.HasField("activity_task_completed_event_attributes") for e in history.events)
         started = [e.activity_task_started_event_attributes.attempt for e in history.events
                    if e.HasField("activity_task_started_event_attributes")]
-        return {"status": desc.status.name, "activities": completed, "attempts": sum(started)}
+        pending = [(p.activity_type.name, p.attempt) for p in desc.raw_description.pending_activities]
+        out = {"status": desc.status.name, "activities": completed, "attempts": sum(started)}
+        if pending:  # an activity still being retried: Temporal writes its attempts to history only once it ends
+            out["retrying"] = {name: attempt for name, attempt in pending}
+        return out
+
+    async def terminate(self, reason: str) -> None:
+        """End a workflow the lab left running (the time cap), so the dev server stops scheduling its retries;
+        nothing when it already ended or never started."""
+        from temporalio.client import Client
+        from temporalio.service import RPCError
+
+        handle = (await Client.connect(self.address)).get_workflow_handle(self.workflow_id)
+        try:
+            await handle.terminate(reason=reason)
+        except RPCError:  # already closed, or no such workflow
+            pass
 
     async def messages(self) -> list:
         """The run's messages as Temporal recorded them: the prompt (the workflow's input), then each completed

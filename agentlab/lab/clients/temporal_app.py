@@ -11,10 +11,13 @@ here :data:`START_TO_CLOSE` (3 s), short so an activity whose worker died is ret
 
 - an activity per tool (``@activity.defn``, Temporal's docs' shape), each one database transaction of its
   own (``psycopg`` ``async with`` connection: commits at the block's end); the refund's activity calls the
-  payment provider too; the model call is an activity (its AIMessage recorded as the activity's result);
-- a tool's exception is the tool's answer, as LangGraph's ``ToolNode`` writes it with
-  ``handle_tool_errors=True`` (``"Error: {repr(exc)}\\n Please fix your mistakes."``, status ``error``),
-  returned by the activity so the model sees it (a raised one would be retried forever, never shown);
+  payment provider inside its transaction, so a refund the provider refused is not recorded; the model call is an activity (its AIMessage recorded as the activity's result);
+- a tool's own error (its database's, ``psycopg.Error``, or a call it cannot make: ``TypeError``,
+  ``ValueError``) is the tool's answer, as LangGraph's ``ToolNode`` writes it with ``handle_tool_errors=True``
+  (``"Error: {repr(exc)}\\n Please fix your mistakes."``, status ``error``), returned by the activity so the
+  model sees it; the payment provider's failure (an outside service's: a timeout, a 503) is left to Temporal's
+  retry policy, which is what Temporal is for, so the activity raises it and Temporal runs it again (a request
+  the provider refuses every time is then retried without end: ``stuck_retry``);
 - the agent loop is a ``@workflow.defn`` class: the model's activity, then each tool call's activity in
   order, until the model answers without tool calls; it returns the messages (``messages_to_dict``).
 
@@ -67,7 +70,7 @@ def tool_activities(conninfo: str, provider_conninfo: str) -> list:
         async def run(args: dict) -> dict:
             try:
                 return {"content": json.dumps(await tool(**args)), "status": "success"}
-            except Exception as exc:  # noqa: BLE001 (the agent hands every tool error to the model)
+            except (psycopg.Error, TypeError, ValueError) as exc:  # the tool's own: the model is told
                 return {"content": TOOL_CALL_ERROR_TEMPLATE.format(error=repr(exc)), "status": "error"}
 
         return activity.defn(name=tool.__name__)(run)
@@ -87,9 +90,10 @@ def tool_activities(conninfo: str, provider_conninfo: str) -> list:
     async def refund_to_card(customer_id: int, reference: str, amount_cents: int) -> dict:
         from agentlab.sim.provider import FakePaymentProvider
 
-        row = await one(CREATE_REFUND, (reference, amount_cents, customer_id))
-        async with FakePaymentProvider(provider_conninfo) as provider:
-            payment = await provider.create_refund(customer_id, amount_cents, reference=reference)
+        async with await psycopg.AsyncConnection.connect(conninfo) as conn:  # commits once the provider paid
+            row = await (await conn.execute(CREATE_REFUND, (reference, amount_cents, customer_id))).fetchone()
+            async with FakePaymentProvider(provider_conninfo) as provider:
+                payment = await provider.create_refund(customer_id, amount_cents, reference=reference)
         return {"refund_id": row[0], "amount_cents": amount_cents, "payment_id": payment["id"]}
 
     return [answer(t) for t in (lookup_customer, create_credit_memo, apply_credit, refund_to_card)]

@@ -47,3 +47,9 @@ class TemporalClient(EngineClient):
 
     async def recover_life(self):
         return await self.agent.recover(crash=self.crash)
+
+    async def after_verdict(self) -> None:
+        """A workflow still running at the time cap is terminated once its verdict (``RUNNING``, what the table
+        shows) is read, so the dev server stops scheduling its retries."""
+        if self.run.notes["engine"].get("status") == "RUNNING":
+            await self.agent.terminate("the lab's time cap")
