@@ -78,6 +78,9 @@ _EXPORTS = {
     "demos.report": (
         "episode_report",
     ),
+    "domains.billing.concurrency": (
+        "check_concurrency",
+    ),
     "domains.billing.errors": (
         "RULES", "find_leaks", "translate",
     ),
@@ -160,9 +163,6 @@ _EXPORTS = {
     ),
     "lab.anomalies": (
         "isolation_matrix",
-    ),
-    "lab.concurrency": (
-        "check_concurrency",
     ),
     "lab.rendezvous": (
         "Rendezvous",

@@ -9,7 +9,8 @@ import asyncio
 import pytest
 
 from agentlab.core.safeguards import preset
-from agentlab.lab.concurrency import CONCURRENCY_FAULTS, KINDS, Rendezvous, check_concurrency
+from agentlab.domains.billing.concurrency import check_concurrency
+from agentlab.lab.concurrency import CONCURRENCY_FAULTS, KINDS, Rendezvous
 from agentlab.lab.faults import CONCURRENCY_FAMILY, FAULTS, get_fault
 from agentlab.lab.runner import Lab
 from conftest import fetch, scalar

@@ -28,8 +28,8 @@ globals to learn about it:
   its own (a hallucination its tools invite, a row its invariants guard held by another session...), which
   the lab's one registry, its chaos table and its widget take as they take the lab's own;
 - ``races``: the domain's own races for the lab's concurrency family (:class:`agentlab.core.races.Races`: their
-  rows, the two conversations' scenarios, where they meet, their invariants); None: it plays the family's
-  default races, billing's, on its scenarios;
+  rows, the two conversations' scenarios, where they meet, their invariants, how the two are judged); None: the
+  family does not apply to it;
 - ``error_hints``: :class:`agentlab.core.errors.ErrorHints`, what the translator tells the model for the
   domain's own constraints and which of its internal names must never reach it (the core's generic
   texts answer every constraint it does not name).

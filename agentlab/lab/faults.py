@@ -46,9 +46,10 @@ during call 2 of a batch (``pg_ctl restart -m fast`` / ``-m immediate``): every 
 so their episodes run one at a time after the others, on the kit's embedded server only.
 
 The concurrency family (:data:`CONCURRENCY_FAULTS`: ``same_thread_runs``, ``double_submit``,
-``lost_update``, ``check_then_act``, ``write_skew``) runs two conversations at once on one customer,
-their interleaving forced by a rendezvous between real transactions (:mod:`agentlab.lab.concurrency`).
-It is selected by name and is not part of :data:`FAULTS`, the default rows of the chaos table.
+``lost_update``, ``check_then_act``, ``write_skew``) runs two conversations at once on the same rows,
+their interleaving forced by a rendezvous between real transactions (:mod:`agentlab.lab.concurrency`); what
+they do is the domain's races (``Domain.races``). It is selected by name and is not part of :data:`FAULTS`,
+the default rows of the chaos table.
 
 ``get_fault(name)``,         :data:`FAULTS`; :meth:`agentlab.lab.runner.Lab.run` injects one into an episode.
 """
@@ -185,30 +186,36 @@ def faults_for(domain) -> tuple[str, ...]:
     return tuple(dict.fromkeys((*(g for g in GENERIC_FAULTS if g not in names), *names)))
 
 
-DOMAIN_RACES = ("retail",)
+DOMAIN_RACES = ("billing", "retail")
 """The built-in domains with races of their own, kept for old imports: nothing reads it; the lab asks a domain
-for its races (``Domain.races``, :class:`agentlab.core.races.Races`; retail's:
+for its races (``Domain.races``, :class:`agentlab.core.races.Races`; billing's:
+:data:`agentlab.domains.billing.concurrency.CONCURRENCY`, retail's:
 :data:`agentlab.domains.retail.concurrency.CONCURRENCY`)."""
 
 
 def domain_races(domain, fault_name: str) -> tuple[str, ...]:
     """The names of ``domain``'s own races (``domain.races``) for ``fault_name``. Raises ValueError when the
-    fault does not apply to the domain (retail's ``write_skew``), naming why, or the domain has no races."""
+    fault does not apply to the domain (retail's ``write_skew``), naming why, or the domain states no races."""
     if domain.races is None:
-        raise ValueError(f"domain {domain.name!r} has no races of its own; it plays the concurrency family's "
-                         "default races on its scenarios")
+        raise ValueError(f"domain {domain.name!r} states no races (Domain.races): the concurrency family "
+                         f"does not apply to it")
     return domain.races.names(fault_name, domain.name)
 
 
 def fault_scenarios(fault: DomainFault, domain) -> tuple[str, ...]:
-    """The scenarios of ``domain`` an episode under ``fault`` may play. Raises ValueError when the fault
-    does not fit the domain."""
+    """The scenarios of ``domain`` an episode under ``fault`` may play; for a fault of the concurrency family, the
+    names of the domain's races for it (:func:`domain_races`; ``domain`` None: the default domain's). Raises
+    ValueError when the fault does not fit the domain."""
     if domain is not None and domain.own_faults().get(fault.name) is fault:  # the domain's own
         return fault.scenarios or tuple(domain.scenarios)
+    if isinstance(fault, Concurrent):  # the domain's races (default: the default domain's, billing's)
+        if domain is None:
+            from agentlab.runtime.domains import resolve_domain
+
+            domain = resolve_domain()
+        return domain_races(domain, fault.name)
     if domain is None or (fault.scenarios and all(s in domain.scenarios for s in fault.scenarios)):
         return fault.scenarios  # a catalog fault in the domain it names scenarios of (billing's)
-    if isinstance(fault, Concurrent) and domain.races is not None:  # the domain's own races (retail's)
-        return domain_races(domain, fault.name)
     if fault.name not in faults_for(domain):
         raise ValueError(f"fault {fault.name!r} does not fit domain {domain.name!r}; its faults: "
                          f"{', '.join(faults_for(domain))}")

@@ -200,10 +200,10 @@ def count_by_kind(violations: Iterable[Violation]) -> dict[str, int]:
 
 # --------------------------------------------------------------------------- any domain
 
-LEDGER_OF_THREAD = "SELECT tool_call_id FROM tool_executions WHERE thread_id = %s"
-PAYMENTS_OF_THREAD = """
+LEDGER_OF_THREADS = "SELECT tool_call_id FROM tool_executions WHERE thread_id = ANY(%s)"
+PAYMENTS_OF_THREADS = """
 SELECT o.dedupe_key, o.status, (SELECT count(*) FROM provider.payments p WHERE p.reference = o.dedupe_key)
-FROM outbox o WHERE o.thread_id = %s ORDER BY o.id
+FROM outbox o WHERE o.thread_id = ANY(%s) ORDER BY o.id
 """
 
 
@@ -213,18 +213,22 @@ async def check_generic(pool, ep, safeguards: Safeguards, identifiers: tuple[str
     return check_messages(ep.messages, ep.thread_id, safeguards, identifiers) + await check_records(pool, ep, safeguards)
 
 
-async def check_records(pool, ep, safeguards: Safeguards, skip: Iterable[str] = ()) -> list[Violation]:
+async def check_records(pool, ep, safeguards: Safeguards, skip: Iterable[str] = (),
+                        threads: Iterable[str] | None = None) -> list[Violation]:
     """The generic record checks, each unless its kind is in ``skip`` (a domain checking it itself):
     ledger_mismatch (the ledger against the calls reported applied, under the ledger) and payment_count
-    (each outbox intent of the thread paid exactly once at the provider once drained)."""
+    (each outbox intent of the thread paid exactly once at the provider once drained). ``threads``: the
+    threads whose ledger rows and outbox intents count (None: ``ep.thread_id``'s; the two conversations of a
+    race judged as one episode pass both, their calls in ``ep.messages``); violations are ``ep.thread_id``'s."""
     skip = set(skip)
     tid, out = ep.thread_id, []
+    tids = [tid] if threads is None else list(dict.fromkeys(threads))
     wants_ledger = safeguards.ledger and "ledger_mismatch" not in skip
     if not wants_ledger and "payment_count" in skip:
         return out
     async with pool.connection() as conn:
-        ledger = {r[0] for r in await (await conn.execute(LEDGER_OF_THREAD, (tid,))).fetchall()}
-        payments = await (await conn.execute(PAYMENTS_OF_THREAD, (tid,))).fetchall()
+        ledger = {r[0] for r in await (await conn.execute(LEDGER_OF_THREADS, (tids,))).fetchall()}
+        payments = await (await conn.execute(PAYMENTS_OF_THREADS, (tids,))).fetchall()
     if wants_ledger:
         out += _ledger_violations(tid, ep.messages, ledger)
     if "payment_count" not in skip:

@@ -23,8 +23,10 @@ never a pass. The kit's agent runs as it is deployed: under a preset with ``run_
 the thread's lease (:func:`agentlab.core.run_lock.invoke_with_lease`), and a refused run is reported as
 ``ThreadBusy (refused)``. What the runs raised is counted, not named by party (``1 of 2 runs: ...``).
 
-The checker is the lab's: the billing invariants on the union of both runs' effects, the message
-checks on each thread's own history, and the family's (:data:`agentlab.lab.concurrency.KINDS`:
+The two runs play the harness's domain's race for the fault (``Domain.races``; billing's:
+:mod:`agentlab.domains.billing.concurrency`), and the checker is the lab's
+(:func:`agentlab.lab.concurrency.check_pair`): on billing, its invariants on the union of both runs' effects,
+the message checks on each thread's own history, and the family's (:data:`agentlab.lab.concurrency.KINDS`:
 ``paid_twice``, ``lost_update``, ``cap_exceeded``, ``forked_thread``), read from the database, the
 provider's payments and the checkpoints.
 
@@ -42,6 +44,7 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage
 
+from agentlab.core.races import RaceEpisode
 from agentlab.core.run_lock import ThreadBusy, invoke_with_lease
 from agentlab.lab import loop
 from agentlab.lab.agents import (
@@ -51,9 +54,8 @@ from agentlab.lab.agents import (
     rename_script,
 )
 from agentlab.lab.clients.pairs import PairClient, PairRun, ThreadsWorker
-from agentlab.lab.concurrency import MESSAGE_CHECKS, check_concurrency
+from agentlab.lab.concurrency import check_pair
 from agentlab.lab.faults import Concurrent
-from agentlab.lab.invariants import check_messages, check_state, read_records
 from agentlab.lab.rendezvous import Rendezvous, meets_at
 from agentlab.lab.wire import NetworkProvider
 from agentlab.lab.yardstick_faults import NA
@@ -86,9 +88,9 @@ class AgentPair:
     history), ``episode``, ``teardown`` and ``check`` (the state on the union, the messages per thread)."""
 
     def __init__(self, ys: Any, spec: AgentSpec, fault: Concurrent, out: Any, runs: list[Run], gate: Rendezvous,
-                 thread: str, ids: list[int]):
+                 thread: str, ids: list[int], rows: Any = None):
         self.ys, self.spec, self.fault, self.out, self.runs, self.gate = ys, spec, fault, out, runs, gate
-        self.thread, self.ids = thread, ids
+        self.thread, self.ids, self.rows = thread, ids, rows
         self.sg = spec.checked_as
         self.names = dict(spec.tool_names)
         self.processes: list = []
@@ -147,18 +149,10 @@ class AgentPair:
             await p.close()
 
     async def check(self, ep: Episode) -> list:
-        h, sg, ids, threads = self.ys.harness, self.sg, self.ids, self.threads
-        sc_a = self.runs[0].scenario
-        records, ledger = await read_records(h.pool, sg.schema, ids, self.thread)
-        for t in threads[1:]:
-            ledger |= (await read_records(h.pool, sg.schema, ids, t))[1]
-        # the state and what both were told, on the union; the message checks on each thread's own history
-        found = [v for v in check_state(ep, self.fault.end_state(sc_a), sg, records, ledger if sg.ledger else None)
-                 if v.kind not in MESSAGE_CHECKS]
-        for t in threads:
-            found += check_messages(as_domain_messages(self.histories[t], self.names), t, sg)
-        opening = {cid: c.credit_cents for cid, c in zip(ids, sc_a.customers)}
-        return found + await check_concurrency(h.pool, sg.schema, ids, opening, threads)
+        h = self.ys.harness
+        histories = {t: as_domain_messages(self.histories[t], self.names) for t in self.threads}
+        return await check_pair(h.pool, h.domain, self.sg, self.rows, self.runs[0].scenario, ep, self.threads,
+                                histories)
 
 
 async def run_two(ys: Any, spec: AgentSpec, fault: Concurrent, out: Any) -> Any:
@@ -172,17 +166,19 @@ async def run_two(ys: Any, spec: AgentSpec, fault: Concurrent, out: Any) -> Any:
     ``rendezvous`` (what the barrier did), ``threads`` and ``raised_by`` (party -> what it raised).
     ``out.status`` is ``"n/a"`` when neither run sent the fault's act through the lab's pool."""
     h = ys.harness
+    races = h.domain.races
     sg = spec.checked_as
     out.safeguards, out.outbox = sg, sg.outbox
-    sc_a, sc_b = fault.scenarios_for(out.scenario)
     thread = f"{spec.name.replace(':', '-')}-{fault.name}-{uuid.uuid4().hex[:12]}"
     out.thread_id = thread
     async with h.pool.connection() as conn:
-        out.customer_ids = ids = await h.domain.create_rows(conn, sc_a, sg.schema)
+        rows = await races.create(conn, RaceEpisode(fault.name, out.scenario.name, sg.schema))
+    sc_a, sc_b = races.scenarios(out.scenario.name, rows)
+    out.customer_ids = ids = list(races.ids(rows)) if races.ids is not None else []
     runs = [Run("A", thread, sc_a, out.seed), Run("B", thread if fault.same_thread else f"{thread}-b", sc_b, out.seed + 1)]
-    gate = Rendezvous(h.pool, PARTIES, meets_at(*fault.acts), timeout_s=BARRIER_S)
+    gate = Rendezvous(h.pool, PARTIES, meets_at(*races.acts), timeout_s=BARRIER_S)
     out.network_provider = NetworkProvider(h.provider)
-    pair = AgentPair(ys, spec, fault, out, runs, gate, thread, ids)
+    pair = AgentPair(ys, spec, fault, out, runs, gate, thread, ids, rows)
     client = PairClient(PairRun(h, sg, thread, out.seed, ThreadsWorker(h.pool, out.network_provider, pair.threads),
                                 notes=out.notes),
                         play=pair.play_both, read=pair.read, episode=pair.episode, setup=pair.setup,

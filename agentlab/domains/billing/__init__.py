@@ -4,10 +4,12 @@ Its tables live in ``public`` (every constraint) and ``lax`` (the same columns w
 own migrations (:mod:`agentlab.domains.billing.schema`) on top of the core schema, and seeded with the
 customers of ``data/customers.csv``. :data:`DOMAIN` is what the Harness, the failure lab and
 ``python -m agentlab chaos --domain billing`` (the default) take; its invariants
-(:mod:`agentlab.domains.billing.invariants`) reach the lab's checker through it, as any domain's do.
+(:mod:`agentlab.domains.billing.invariants`) reach the lab's checker through it, as any domain's do, and so
+do its races for the concurrency family (:mod:`agentlab.domains.billing.concurrency`, ``Domain.races``).
 """
 
 from agentlab.core.domain import Domain
+from agentlab.domains.billing.concurrency import CONCURRENCY
 from agentlab.domains.billing.errors import HINTS
 from agentlab.domains.billing.invariants import INVARIANTS
 from agentlab.domains.billing.limits import LIMIT_SCENARIOS, with_limit_tools
@@ -37,6 +39,6 @@ CATALOG_FAULTS = (
 DOMAIN = Domain(
     name="billing", toolset=with_limit_tools(TOOLS), scenarios={**SCENARIOS, **LIMIT_SCENARIOS},
     create_rows=create_rows, migrations=MIGRATIONS, seed=seed, invariants=INVARIANTS, faults=CATALOG_FAULTS, seed_files=(SEED_CUSTOMERS_CSV,), error_hints=HINTS,
-    episode_rows=episode_rows,
+    episode_rows=episode_rows, races=CONCURRENCY,
     description="store credit, invoices, credit memos and refunds paid through the outbox",
 )

@@ -275,7 +275,8 @@ async def check_rows(conn, e: Entities) -> list[tuple[str, str]]:
 
 CONCURRENCY = Races(
     by_fault={fault: tuple(r.name for r in races) for fault, races in RACES.items()},
-    create=create_entities, scenarios=lambda race, e: BY_NAME[race].scenarios(e), check=check_rows, acts=MEETS_AT,
+    create=lambda conn, episode: create_entities(conn), scenarios=lambda race, e: BY_NAME[race].scenarios(e),
+    check=check_rows, acts=MEETS_AT,
     not_applicable=NOT_APPLICABLE, kinds=KINDS, notes=lambda e: {"user_id": e.user_id},
 )
 """Retail's races as the lab plays them (``Domain.races``, :class:`agentlab.core.races.Races`)."""
