@@ -20,6 +20,7 @@ from agentlab.bench.batch import (
     plain_batch,
     traced_statements,
 )
+from agentlab.bench.figures import ENGINE_FIGURES
 from agentlab.bench.suite import FIGURES, GOALS, NETWORK_RTTS_MS, RATIOS, TAU2_FIGURES, network_figure
 from agentlab.core.events import EventLog
 from agentlab.core.safeguards import preset
@@ -36,14 +37,15 @@ def test_bench_quick_json_reports_every_named_figure_and_ratio():
                           capture_output=True, text=True, timeout=300, env=os.environ.copy())
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
-    assert set(out["figures"]) == set(FIGURES) - set(TAU2_FIGURES)  # --quick leaves tau2 out
+    assert set(out["figures"]) == set(FIGURES) - set(TAU2_FIGURES) - set(ENGINE_FIGURES)  # --quick leaves them out
     for name, fig in out["figures"].items():
         assert fig["unit"] == FIGURES[name]
         assert fig["repeats"] >= 1 and fig["min"] <= fig["median"] <= fig["max"], name
     assert out["figures"]["node_batch_ms"]["repeats"] == 1  # --repeats taken
     assert set(out["ratios"]) == set(RATIOS) and all(v is not None and v > 0 for v in out["ratios"].values())
     assert set(out["goals"]) == set(GOALS)
-    assert all(g["met"] in (True, False) for n, g in out["goals"].items() if GOALS[n][0] not in TAU2_FIGURES)
+    assert all(g["met"] in (True, False) for n, g in out["goals"].items()
+               if GOALS[n][0] not in (*TAU2_FIGURES, *ENGINE_FIGURES))
     assert out["notes"]["same_sql"] is True
     # behind the delay line every round trip takes at least the RTT asked for: lower bounds the delay forces
     assert out["notes"]["network"]["rtts_ms"] == list(NETWORK_RTTS_MS)
@@ -116,3 +118,37 @@ def test_bench_repeats_below_one_or_not_a_number_is_a_usage_error(value, says, c
     assert stop.value.code == 2
     assert f"argument --repeats: {says}" in capsys.readouterr().err
     assert build_parser().parse_args(["bench", "--quick", "--repeats", "1"]).repeats == 1
+
+
+@pytest.mark.slow
+async def test_the_engines_section_measures_each_engines_refund_rows_with_their_costs():
+    from agentlab.bench import sections
+    from agentlab.bench.figures import ENGINE_AGENTS, QUICK
+    from agentlab.bench.report import Report, render
+    from agentlab.lab.yardstick import ENGINE_FAULTS
+
+    if missing := sections.engines_missing():
+        pytest.skip(f"optional engines not installed: {', '.join(missing)} (pip install -r requirements-engines.txt)")
+    report = Report(QUICK)
+    await sections.bench_engines(report)
+    engines = report.notes["engines"]
+    assert report.figures["engines_table_s"].median > 0
+    assert list(engines["violations"]) == list(ENGINE_AGENTS)
+    assert engines["violations"]["kit:full"] == dict.fromkeys(ENGINE_FAULTS, 0)
+    assert engines["violations"]["temporal:activities"]["stuck_retry"] > 0
+    assert engines["verdicts"]["temporal:activities x stuck_retry"] == ["RUNNING"]
+    assert all(c["round_trips_per_call"] >= 1 for c in engines["costs_per_tool_call"].values())
+    text = render(report)
+    assert "the durable engines on the refund story" in text and "engines_refund_rows_in_5_min" in text
+
+
+async def test_the_engines_section_says_what_to_install_when_an_engine_is_missing(monkeypatch):
+    from agentlab.bench import sections
+    from agentlab.bench.figures import QUICK
+    from agentlab.bench.report import Report, render
+
+    monkeypatch.setattr(sections, "engines_missing", lambda: ["temporalio"])
+    report = Report(QUICK)
+    await sections.bench_engines(report)
+    assert "engines_table_s" not in report.figures
+    assert "pip install -r requirements-engines.txt" in render(report)

@@ -73,6 +73,7 @@ FIGURES: dict[str, str] = {  # name -> unit
     "checkpoint_bytes_per_super_step": "B", "checkpoint_bytes_per_super_step_after_retention": "B",
     "peak_rss_mb": "MB", "peak_rss_child_mb": "MB",
     "tau2_114_full_none_s": "s", "tau2_114_cpu_s": "s", "tau2_114_server_cpu_s": "s", "tau2_table_s": "s",
+    "engines_table_s": "s",
     **{network_figure(r, f"{what}_ms"): "ms" for r in NETWORK_RTTS_MS
        for what in ("node", "plain", "naive", "select1")},
 }
@@ -107,6 +108,12 @@ GOALS: dict[str, tuple[str, str, float]] = {  # name -> (figure or ratio, compar
     "warm_start_under_2_s": ("server_warm_start_s", "<", 2.0),
     "tau2_114_tasks_in_10_s": ("tau2_114_full_none_s", "<=", 10.0),
     "tau2_table_in_3_min": ("tau2_table_s", "<=", 180.0),
+    "engines_refund_rows_in_5_min": ("engines_table_s", "<", 300.0),
 }
 
+ENGINE_AGENTS = ("dbos:transactions", "dbos:steps", "temporal:activities", "pydantic_ai:dbos", "kit:full")
+"""The durable engines' agents the ``engines`` section measures, the kit beside them."""
+ENGINE_EPISODES = 5  # per cell of the engines' table in the full mode (1 with --quick)
+
 TAU2_FIGURES = ("tau2_114_full_none_s", "tau2_114_cpu_s", "tau2_114_server_cpu_s", "tau2_table_s")
+ENGINE_FIGURES = ("engines_table_s",)  # the engines section's (--quick leaves it out too)

@@ -187,8 +187,29 @@ def render(report: Report) -> str:
         lines.append(f"(behind the delay line, naive/node first reached 2 at RTT {first:g} ms: SELECT 1 measured "
                      f"{ping} ms there)" if first is not None else
                      f"(behind the delay line, naive/node reached 2 at none of the RTTs {asked} ms)")
+    if "engines" in d["notes"]:
+        lines += _engine_lines(d["notes"]["engines"])
     lines += ["", "goals:"]
     for name, g in d["goals"].items():
         mark = "n/a" if g["met"] is None else ("met" if g["met"] else "MISSED")
         lines.append(f"  {name:38} {str(g['value']):>10} (target {g['target']}): {mark}")
     return "\n".join(lines)
+
+
+def _engine_lines(engines: dict) -> list[str]:
+    """The engines' table of the ``engines`` section, as text (or the line saying why it was skipped)."""
+    if "skipped" in engines:
+        return [f"(the engines' rows: skipped, {engines['skipped']})"]
+    agents = list(engines["violations"])
+    faults = list(next(iter(engines["violations"].values())))
+    width = max(len(a) for a in agents) + 2
+    out = ["", f"the durable engines on the refund story, violations over {engines['episodes_per_cell']} episode(s) "
+           "a cell, then the costs per tool call (fault-free episodes):",
+           " " * 24 + "".join(f"{a:>{width}}" for a in agents)]
+    out += [f"{f:24}" + "".join(f"{str(engines['violations'][a][f]):>{width}}" for a in agents) for f in faults]
+    for cost in ("wall_ms_per_call", "round_trips_per_call"):
+        out.append(f"{cost:24}" + "".join(f"{str(engines['costs_per_tool_call'][a].get(cost)):>{width}}"
+                                          for a in agents))
+    out += [f"  {cell}: {', '.join(said)}" for cell, said in engines["verdicts"].items()]
+    return out
+

@@ -302,6 +302,41 @@ async def bench_tau2(report: Report) -> None:
                                                   for row in table.table()}}
 
 
+def engines_missing() -> list[str]:
+    """The optional engines that are not installed here (``["dbos", "temporalio", "pydantic_ai"]`` at most)."""
+    import importlib.util
+
+    return [m for m in ("dbos", "temporalio", "pydantic_ai") if importlib.util.find_spec(m) is None]
+
+
+async def bench_engines(report: Report) -> None:
+    """The durable engines' rows for the refund story: :data:`agentlab.bench.figures.ENGINE_AGENTS` x
+    :data:`agentlab.lab.yardstick.ENGINE_FAULTS`, :data:`agentlab.bench.figures.ENGINE_EPISODES` episodes a cell
+    (1 with --quick), the costs counted on the wire; the table's wall time is ``engines_table_s``, its violations,
+    the engines' verdicts and the costs per tool call go to the notes. Without an engine the section says which
+    to install and measures nothing."""
+    from agentlab.bench.figures import ENGINE_AGENTS, ENGINE_EPISODES
+    from agentlab.lab.yardstick import ENGINE_FAULTS
+    from agentlab.lab.yardstick_table import run_yardstick
+
+    if missing := engines_missing():
+        report.notes["engines"] = {"skipped": f"not installed: {', '.join(missing)} "
+                                              "(pip install -r requirements-engines.txt)"}
+        return
+    episodes = ENGINE_EPISODES if report.mode.name == "full" else 1
+    t0 = time.perf_counter()
+    result = await run_yardstick(ENGINE_AGENTS, ENGINE_FAULTS, episodes=episodes, costs=True, progress=False)
+    report.add("engines_table_s", time.perf_counter() - t0)
+    summary, costs = result.summary, result.costs()
+    report.notes["engines"] = {
+        "episodes_per_cell": episodes,
+        "violations": {a: {f: summary.loc[f, a] for f in result.faults} for a in result.agents},
+        "verdicts": {f"{agent} x {fault}": said for (fault, agent), said in result.engine_verdicts().items()},
+        "costs_per_tool_call": {a: {c: (None if costs.loc[a, c] != costs.loc[a, c] else float(costs.loc[a, c]))
+                                    for c in costs.columns} for a in costs.index},
+    }
+
+
 SERVER_START = """
 import json, sys, types
 pkg = types.ModuleType("agentlab"); pkg.__path__ = [sys.argv[1]]; sys.modules["agentlab"] = pkg  # db alone

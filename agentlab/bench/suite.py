@@ -21,6 +21,9 @@ Figures (medians over repeats, with their spread; the names are :data:`FIGURES`)
 - tau2-bench retail: its 114 tasks under ``full`` and no fault, wall, this process's CPU and the server's
   (a local server: its backends' ``/proc`` times), and (full
   mode) the whole table, ``full`` and ``naive`` x every retail fault (:func:`agentlab.lab.tau2.run_tau2`);
+- the durable engines' rows for the refund story (DBOS, Temporal, Pydantic AI on DBOS, the kit beside them; every
+  engine fault, 5 episodes a cell, the costs per tool call counted on the wire), skipped with the install line
+  without the optional engines;
 - peak memory of this process and of the largest child (a worker of the experiment).
 
 Every figure is measured on a fresh database of its own, committing with ``synchronous_commit = off``
@@ -66,6 +69,7 @@ from agentlab.bench.sections import (  # noqa: F401 (their home moved to agentla
     TAU2_TABLE_CONCURRENCY,
     bench_batch,
     bench_checkpoints,
+    bench_engines,
     bench_episodes,
     bench_memory,
     bench_network,
@@ -79,8 +83,8 @@ from agentlab.core.safeguards import PRESETS  # noqa: F401 (importable from here
 from agentlab.lab.faults import FAMILIES, FAULTS  # noqa: F401 (importable from here as before)
 from agentlab.runtime import db  # noqa: F401 (importable from here as before)
 
-SECTIONS = ("batch", "network", "episodes", "workshop", "server", "checkpoints", "tau2")
-QUICK_SECTIONS = SECTIONS[:-1]  # --quick leaves tau2 out (a minute or more); --quick --only tau2 measures it
+SECTIONS = ("batch", "network", "episodes", "workshop", "server", "checkpoints", "tau2", "engines")
+QUICK_SECTIONS = SECTIONS[:-2]  # --quick leaves tau2 and the engines out (minutes); --quick --only NAME measures one
 
 
 async def run_bench(mode: Mode = QUICK, sections: tuple[str, ...] = SECTIONS) -> Report:
@@ -92,7 +96,8 @@ async def run_bench(mode: Mode = QUICK, sections: tuple[str, ...] = SECTIONS) ->
              "workshop": ("the workshop experiment, at concurrency 1 and the best level", bench_workshop),
              "server": ("the embedded server's cold, warm and attach start", bench_server),
              "checkpoints": ("checkpoint bytes per super-step, before and after retention", bench_checkpoints),
-             "tau2": ("tau2-bench retail: 114 tasks under full, and the whole table", bench_tau2)}
+             "tau2": ("tau2-bench retail: 114 tasks under full, and the whole table", bench_tau2),
+             "engines": ("the durable engines' rows for the refund story, costs counted", bench_engines)}
     for name in sections:
         title, fn = steps[name]
         say(f"{title} ...")

@@ -44,6 +44,7 @@ handling); LangChain docs "Agents" (``create_agent``); PostgreSQL "pg_terminate_
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -124,6 +125,23 @@ def _engine_cannot_play(spec: AgentSpec, yf, scenario: str, *, scripted_model: b
     return None
 
 
+def episode_costs(run: AgentRun, wall_s: float, spent=None) -> dict[str, float]:
+    """What one episode cost, per tool call the model made: ``{"tool_calls": n, "wall_ms_per_call": ...,
+    "round_trips_per_call": ..., "connections": ...}`` (wall time of the whole episode in milliseconds, process
+    starts and engine launches included; round trips and connections only when ``spent``, a
+    :class:`agentlab.lab.roundtrips.Tally` of the agent's own connections, is given: the statements' round trips,
+    logins apart). ``{}`` when the model made no tool call."""
+    from langchain_core.messages import AIMessage
+
+    calls = sum(len(m.tool_calls) for m in run.messages if isinstance(m, AIMessage))
+    if calls == 0:
+        return {}
+    out = {"tool_calls": calls, "wall_ms_per_call": round(1000 * wall_s / calls, 1)}
+    if spent is not None:
+        out.update(round_trips_per_call=round(spent.query_round_trips / calls, 1), connections=spent.connections)
+    return out
+
+
 def rebuild_name(spec: AgentSpec) -> str:
     """The name another process rebuilds ``spec`` from: its ``ref`` (``"package.module:factory"``), else its name."""
     return spec.ref or spec.name
@@ -144,7 +162,19 @@ class Yardstick:
         self.make_model = model or (lambda script, seed: ScriptedChatModel(script=script, seed=seed))
         self.scripted = model is None
         self.engine_cap_s = ENGINE_CAP_S  # how long one life of a durable engine's agent may run (seconds)
+        self.counter = None  # a RoundTripCounter the agent's own connections go through (run_yardstick's costs=True)
         self._installed: set[str] = set()
+
+    @property
+    def agent_url(self) -> str:
+        """The database URL the agent under test connects with: the harness's, through :attr:`counter` when one
+        counts round trips (the faults, the checker and the provider keep the harness's own connections)."""
+        return self.counter.url(self.harness.url) if self.counter is not None else self.harness.url
+
+    @property
+    def route(self):
+        """``route(conninfo) -> conninfo`` for an engine's lives: through :attr:`counter` when one counts, else None."""
+        return self.counter.url if self.counter is not None else None
 
     async def run(self, agent, fault: str | YardstickFault = "none", *, seed: int = 0,
                   scenario: str | None = None, durability: str | None = None) -> AgentRun:
@@ -202,24 +232,26 @@ class Yardstick:
         cap_s = min(self.engine_cap_s, STUCK_RETRY_CAP_S) if yf.name == "stuck_retry" else self.engine_cap_s
         if spec.engine == "dbos":  # a durable engine's agent, each life a process of its own
             client = DbosClient(spec, out, shape=spec.name.split(":", 1)[1], script=script,
-                                crash=bool(getattr(yf.fault, "process_death", False)), cap_s=cap_s)
+                                crash=bool(getattr(yf.fault, "process_death", False)), cap_s=cap_s, route=self.route)
         elif spec.engine == "pydantic_ai":  # Pydantic AI's durable agent on DBOS: DBOS's lives, another app
             client = DbosClient(spec, out, shape="steps", script=script,
                                 crash=bool(getattr(yf.fault, "process_death", False)), cap_s=cap_s,
-                                app=PYDANTIC_AI_APP, measured=("pydantic-ai-slim",))
+                                app=PYDANTIC_AI_APP, measured=("pydantic-ai-slim",), route=self.route)
         elif spec.engine == "temporal":  # a worker per life, on the episode's task queue of a dev server
             from agentlab.lab.clients.temporal_client import TemporalClient
 
             client = TemporalClient(spec, out, script=script, crash=bool(getattr(yf.fault, "process_death", False)),
-                                    cap_s=cap_s)
+                                    cap_s=cap_s, route=self.route)
         elif getattr(yf.fault, "process_death", False):  # every life of the agent a process of its own
             client = ChildProcessClient(spec, out, script=script, config=config, durability=durability,
                                         fault_name=yf.name, agent_name=rebuild_name(spec))
         else:
             client = GraphAgentClient(self, spec, out, needs=yf.needs, script=script, config=config,
                                       durability=durability)
+        before, t0 = (self.counter.snapshot() if self.counter is not None else None), time.perf_counter()
         _, out.violations = await loop.run(client, scenarios.workload(sc, self.prompt(sc, out.customer_ids)),
                                            yf.fault, episode_checker(h.pool, sc, sg, h.domain))
+        out.costs = episode_costs(out, time.perf_counter() - t0, self.counter.snapshot() - before if before else None)
         return out
 
     def prompt(self, scenario, customer_ids: list[int]) -> str:
@@ -229,7 +261,7 @@ class Yardstick:
 
     async def open_process(self, processes: list) -> EpisodeProcess:
         """A new agent process of the episode on the harness's database, appended to ``processes``."""
-        p = await EpisodeProcess(self.harness.url).open()
+        p = await EpisodeProcess(self.agent_url).open()
         processes.append(p)
         return p
 

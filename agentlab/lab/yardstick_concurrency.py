@@ -37,6 +37,8 @@ Sources: PostgreSQL docs "Transaction Isolation", "Explicit Locking"; LangGraph 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -97,13 +99,28 @@ class AgentPair:
         self.before = set(asyncio.all_tasks())
         self.threads = list(dict.fromkeys(r.thread_id for r in runs))
         self.histories: dict[str, list] = {}
+        self.start_line: dict[str, asyncio.Event] = {r.party: asyncio.Event() for r in runs}
 
     async def setup(self) -> None:
+        read = self.start_line
         for r in self.runs:
             process = await self.ys.open_process(self.processes)
             script = rename_script(r.scenario.script(self.ids), self.names)
             r.graph = self.ys.build(self.spec, process, script, r.seed, self.out,
                                     pool=self.gate.wrap(r.party, process.pool))
+            leased = self.spec.safeguards is not None and self.sg.run_lock  # the lease already orders the two
+            if self.fault.same_thread and process.saver is not None and not leased:
+                # one request twice at once: both runs read the thread's (empty) checkpoint before either writes
+                # its first, as two requests arriving together do; on a busy machine the second could otherwise
+                # start after the first's checkpoint and simply continue it
+                process.saver.on_first_read = read[r.party].set
+                process.saver.before_first_put = functools.partial(self._others_read, r.party)
+
+    async def _others_read(self, party: str) -> None:
+        """Wait (at most :data:`BARRIER_S`) until every other run has read the thread's checkpoint or ended."""
+        others = [e.wait() for p, e in self.start_line.items() if p != party]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*others), BARRIER_S)
 
     async def play(self, r: Run) -> None:
         kit, sg, h = self.spec.safeguards is not None, self.sg, self.ys.harness
@@ -124,6 +141,7 @@ class AgentPair:
         except Exception as exc:  # noqa: BLE001 (what the agent raised is a result)
             r.raised = describe_raised(exc)
         finally:
+            self.start_line[r.party].set()  # an ended run (refused by the lease, say) holds nobody at the start
             self.gate.leave(r.party)
 
     async def play_both(self) -> None:

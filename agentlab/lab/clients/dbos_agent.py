@@ -123,22 +123,26 @@ class DbosAgent:
     """The handle on one DBOS agent run: the workflow ``workflow_id`` on ``system`` (a created
     :class:`SystemDatabase`), its tools writing to the episode's database ``url``; each life runs the module
     ``app`` (:data:`APP_MODULE`, or another DBOS application with the same ``start|recover SPEC`` command line
-    and :data:`MESSAGES_EVENT`, such as :mod:`agentlab.lab.clients.pydantic_ai_app`).
+    and :data:`MESSAGES_EVENT`, such as :mod:`agentlab.lab.clients.pydantic_ai_app`); ``route(conninfo) -> conninfo``
+    is how a life reaches the application's and DBOS's databases (default as given; the yardstick routes them
+    through its round-trip counter; the provider and the death flags keep ``url``).
 
     :meth:`start` and :meth:`recover` each run one life in a child process and return its
     :class:`agentlab.lab.clients.engine.EngineLife`;
     :meth:`verdict` and :meth:`messages` read DBOS's record through ``DBOSClient``."""
 
     def __init__(self, url: str, system: SystemDatabase, workflow_id: str, shape: str, workdir: str, *,
-                 cap_s: float = CAP_S, app: str = APP_MODULE):
+                 cap_s: float = CAP_S, app: str = APP_MODULE, route=None):
         if shape not in SHAPES:
             raise ValueError(f"unknown DBOS agent shape {shape!r}; choose one of: {', '.join(SHAPES)}")
         self.url, self.system, self.workflow_id, self.shape = url, system, workflow_id, shape
         self.workdir, self.cap_s, self.app = Path(workdir), cap_s, app
+        self.route = route or (lambda conninfo: conninfo)
         self.lives: list[DbosLife] = []
 
     def _spec(self, **extra) -> Path:
-        spec = {"app_url": sqlalchemy_url(self.url), "system_url": sqlalchemy_url(self.system.conninfo),
+        route = self.route
+        spec = {"app_url": sqlalchemy_url(route(self.url)), "system_url": sqlalchemy_url(route(self.system.conninfo)),
                 "provider_conninfo": self.url, "workflow_id": self.workflow_id, "shape": self.shape, **extra}
         path = self.workdir / f"life{len(self.lives)}.json"
         path.write_text(json.dumps(spec))

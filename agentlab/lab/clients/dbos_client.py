@@ -27,8 +27,8 @@ class DbosClient(EngineClient):
     engine, finished, what_dies = "DBOS", ("SUCCESS", "NOT STARTED"), "the DBOS agent's process"
 
     def __init__(self, spec, run, *, shape: str, script: list, crash: bool, cap_s: float = CAP_S,
-                 app: str = APP_MODULE, measured: tuple[str, ...] = ()):
-        super().__init__(spec, run, script=script, crash=crash, cap_s=cap_s)
+                 app: str = APP_MODULE, measured: tuple[str, ...] = (), route=None):
+        super().__init__(spec, run, script=script, crash=crash, cap_s=cap_s, route=route)
         self.app, self.measured, self.shape = app, measured, shape
         self.crash_after = CRASH_STATEMENT if crash else None
         self.system: SystemDatabase | None = None
@@ -38,7 +38,7 @@ class DbosClient(EngineClient):
         self.system = await SystemDatabase(self.run.harness.url).create()
         self.workdir = tempfile.mkdtemp(prefix="agentlab-dbos-")
         self.agent = DbosAgent(self.run.harness.url, self.system, self.run.thread_id, self.shape, self.workdir,
-                               cap_s=self.cap_s, app=self.app)
+                               cap_s=self.cap_s, app=self.app, route=self.route)
         self.run.notes["engine"] = {"system_database": self.system.name, "versions": versions(*self.measured)}
 
     async def start_life(self, prompt: str):

@@ -89,8 +89,9 @@ class EngineClient:
     finished: tuple[str, ...] = ("NOT STARTED",)
     what_dies = "the engine's process"
 
-    def __init__(self, spec, run, *, script: list, crash: bool, cap_s: float):
+    def __init__(self, spec, run, *, script: list, crash: bool, cap_s: float, route=None):
         self.spec, self.run, self.script, self.crash, self.cap_s = spec, run, script, crash, cap_s
+        self.route = route  # route(conninfo) -> conninfo: how the agent's lives reach the database (None: directly)
         self.agent = None
         self.workdir: str | None = None
 

@@ -69,16 +69,19 @@ WorkerLife = EngineLife  # one worker process (kept name)
 class TemporalAgent:
     """The handle on one Temporal agent run: the workflow ``workflow_id`` on the dev server at ``address``
     (``"host:port"``), on task queue ``workflow_id``, its tools writing to the episode's database ``url``
-    (a psycopg conninfo, also the fake provider's). :meth:`start` and :meth:`recover` each run one worker
+    (a psycopg conninfo, also the fake provider's and the death flags'; the tools reach it through
+    ``route(conninfo) -> conninfo``, default as given). :meth:`start` and :meth:`recover` each run one worker
     life in a child process; :meth:`verdict` and :meth:`messages` read the server's record."""
 
-    def __init__(self, url: str, address: str, workflow_id: str, workdir: str, *, cap_s: float = CAP_S):
+    def __init__(self, url: str, address: str, workflow_id: str, workdir: str, *, cap_s: float = CAP_S,
+                 route=None):
         self.url, self.address, self.workflow_id = url, address, workflow_id
         self.workdir, self.cap_s = Path(workdir), cap_s
+        self.route = route or (lambda conninfo: conninfo)
         self.lives: list[WorkerLife] = []
 
     def _spec(self, **extra) -> Path:
-        spec = {"address": self.address, "conninfo": self.url, "provider_conninfo": self.url,
+        spec = {"address": self.address, "conninfo": self.route(self.url), "provider_conninfo": self.url,
                 "workflow_id": self.workflow_id, "task_queue": self.workflow_id, **extra}
         path = self.workdir / f"life{len(self.lives)}.json"
         path.write_text(json.dumps(spec))

@@ -30,15 +30,15 @@ class TemporalClient(EngineClient):
 
     engine, finished, what_dies = "Temporal", ("COMPLETED", "NOT STARTED"), "the Temporal worker's process"
 
-    def __init__(self, spec, run, *, script: list, crash: bool, cap_s: float = CAP_S):
-        super().__init__(spec, run, script=script, crash=crash, cap_s=cap_s)
+    def __init__(self, spec, run, *, script: list, crash: bool, cap_s: float = CAP_S, route=None):
+        super().__init__(spec, run, script=script, crash=crash, cap_s=cap_s, route=route)
 
     async def open(self) -> None:
         """The dev server (started once per process) and the episode's files."""
         server = shared_server()
         self.workdir = tempfile.mkdtemp(prefix="agentlab-temporal-episode-")
         self.agent = TemporalAgent(self.run.harness.url, server.address, self.run.thread_id, self.workdir,
-                                   cap_s=self.cap_s)
+                                   cap_s=self.cap_s, route=self.route)
         self.run.notes["engine"] = {"server": server.address, "server_start_s": round(server.start_s, 2),
                                     "versions": versions()}
 
