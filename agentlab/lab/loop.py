@@ -33,7 +33,17 @@ What differs between agents (which process, which graph, how an error is written
 client; the loop holds what is the same for all of them. A fault acts on ``client.run`` (a
 :class:`RunAccess`: the harness's pool and provider, the episode's thread, notes and
 saver). A workload of two conversations at once (the concurrency family) is one client too
-(:class:`agentlab.lab.clients.pairs.PairClient`: both runs at once, met at a rendezvous).
+(:class:`agentlab.lab.clients.pairs.PairClient`: both runs at once, met at a rendezvous). A durable engine's
+agent is a client whose every life is a child process (:class:`agentlab.lab.clients.engine.EngineClient`: DBOS,
+Temporal, Pydantic AI on DBOS).
+
+What does not run through it, on purpose: the durable patterns' faults (:mod:`agentlab.lab.durable_faults`: a
+saga's lock holder killed, an abort past the pivot, retention racing a live thread). They have no agent turn to
+play (no prompt, no model, no tool call ids) and each plays two actors against one run (two saga runners; a
+runner and an operator; retention and a returning user), which one client under one nemesis does not describe;
+forcing them through ``invoke(prompt)`` would hide the actors the lesson is about. They keep the loop's other
+halves: each fault arms from outside the code under test, and its checker reads the database, the provider and
+the notifier (:func:`agentlab.lab.durable_faults.check_payout_run`).
 
 Sources: Jepsen's test map (``:client``, ``:nemesis``, ``:generator``, ``:checker``; jepsen.io);
 LangGraph docs "Persistence" (resuming a thread with ``None`` input, durability modes).
