@@ -20,21 +20,17 @@ from agentlab.core.errors import ProviderRejected
 from agentlab.core.outbox import MAX_PAYMENT_CENTS, REFUND_TOPIC
 from agentlab.lab.yardstick import Yardstick
 from agentlab.lab.yardstick_faults import STUCK_RETRY_CAP_S, get_yardstick_fault
-from conftest import fetch, scalar
+from conftest import customer_state, fetch, scalar
 
 OPENING_CREDIT_CENTS = 5000  # billing's refund story: one customer with 50.00 of store credit
 REFUND_CENTS = 2500
 
 
 async def held(h, customer_id: int) -> dict:
-    """What the database and the provider hold for the episode's customer."""
-    return {
-        "credit": await scalar(h, "SELECT credit_cents FROM customers WHERE id = %s", (customer_id,)),
-        "memos": await scalar(h, "SELECT count(*) FROM credit_memos WHERE customer_id = %s", (customer_id,)),
-        "refunds": await fetch(h, "SELECT amount_cents FROM refunds WHERE customer_id = %s", (customer_id,)),
-        "paid_refunds": await fetch(h, "SELECT amount_cents FROM provider.payments WHERE customer = %s AND kind = "
-                                       "'refund'", (f"cus_{customer_id}",)),
-    }
+    """What the database and the provider hold for the episode's customer, with the refunds' amounts (cents)."""
+    return {**await customer_state(h, customer_id),
+            "refunded_cents": await scalar(h, "SELECT coalesce(sum(amount_cents), 0) FROM refunds WHERE customer_id = %s",
+                                           (customer_id,))}
 
 
 def test_the_fault_sends_an_amount_over_the_providers_maximum_and_the_right_one_as_its_fix():
@@ -76,8 +72,8 @@ async def test_the_kit_refuses_the_amount_before_anything_is_applied_and_ends_cl
     assert run.status == "ran", run.reason
     assert run.violations == [] and run.raised is None
     assert await held(harness, run.customer_ids[0]) == {
-        "credit": OPENING_CREDIT_CENTS - REFUND_CENTS, "memos": 1, "refunds": [(REFUND_CENTS,)],
-        "paid_refunds": [(REFUND_CENTS,)]}
+        "credit": OPENING_CREDIT_CENTS - REFUND_CENTS, "memos": 1, "refunds": 1, "paid_refunds": 1,
+        "refunded_cents": REFUND_CENTS}
     refused = [m for m in run.messages if getattr(m, "name", None) and "amount_cents" in str(m.content)
                and str(m.content).startswith(("NOT APPLIED", "FAILED"))]
     assert refused, "the model was told the amount was refused"
@@ -99,7 +95,7 @@ async def test_temporal_retries_the_refused_request_without_end_half_applied_and
     assert run.raised.startswith("EngineStillRunning")
     # half-applied: the memo and the deduction committed, the refund never (each attempt rolled back)
     assert await held(harness, run.customer_ids[0]) == {
-        "credit": OPENING_CREDIT_CENTS - REFUND_CENTS, "memos": 1, "refunds": [], "paid_refunds": []}
+        "credit": OPENING_CREDIT_CENTS - REFUND_CENTS, "memos": 1, "refunds": 0, "paid_refunds": 0, "refunded_cents": 0}
     kinds = sorted(v.kind for v in run.violations)
     assert kinds == ["payment_count", "record_count", "unanswered_call"]  # nobody told
     from temporalio.client import Client
