@@ -152,7 +152,7 @@ async def test_the_same_seed_gives_the_same_table_and_the_kit_stays_at_zero():
     faults = ["refund_story", "wrong_order", "provider_timeout", "crash_mid_node"]
     one = await run_yardstick(["toolnode", "create_agent", "kit"], faults, seed=3)
     two = await run_yardstick(["toolnode", "create_agent", "kit"], faults, seed=3)
-    assert one.rows.equals(two.rows)
+    assert one.deterministic_view().equals(two.deterministic_view())  # the costs vary with the clock
     summary = one.summary
     assert list(summary.columns) == ["toolnode", "create_agent", "kit:full"]
     assert (summary["kit:full"] == 0).all()

@@ -7,8 +7,10 @@ no answer (Terminate) is none. The turns before the server's first ReadyForQuery
 counted apart as ``startup_round_trips``; that is all of the protocol the proxy reads, besides declining a
 request for TLS or GSS encryption (it must see the messages in the clear).
 
-The proxy runs on the caller's event loop: a process that connects through it (an agent's child process, a
-Temporal worker) is counted as long as that loop keeps running, so wait for such a process with ``await``.
+The proxy runs on an event loop of its own, in a thread of its own: the caller's loop shows none of its tasks
+(an episode that waits for the work it left running does not wait for the proxy's connections), a process that
+connects through it (an agent's child process, a Temporal worker) is counted however the caller waits for it, and
+the counts are read from any thread (:meth:`RoundTripCounter.snapshot`).
 One episode's count is the difference of two snapshots::
 
     import psycopg
@@ -28,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import threading
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -96,18 +99,40 @@ class RoundTripCounter:
     def __init__(self, conninfo: str):
         self.target = _address(conninfo)
         self.port = 0  # the proxy's own, chosen by the OS on entering
-        self._tally = Tally()
+        self._tally = Tally()  # replaced whole, only by the proxy's thread: a reader sees one consistent value
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task] = set()
         self._closing = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
 
     async def __aenter__(self) -> RoundTripCounter:
         self._closing = False
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="agentlab-roundtrips", daemon=True)
+        self._thread.start()
+        await self._on_proxy_loop(self._start())
         return self
 
     async def __aexit__(self, *exc_info) -> None:
+        try:
+            await self._on_proxy_loop(self._stop())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            await asyncio.to_thread(self._thread.join)
+            self._loop.close()
+            self._loop = self._thread = None
+            self.port = 0  # url() now says the counter is not entered
+
+    async def _on_proxy_loop(self, coro):
+        """Run ``coro`` on the proxy's own event loop (its thread) and wait for it from the caller's."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+    async def _start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _stop(self) -> None:
         self._closing = True
         if self._server is not None:
             self._server.close()
@@ -116,7 +141,6 @@ class RoundTripCounter:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
-        self.port = 0  # url() now says the counter is not entered
 
     def url(self, conninfo: str) -> str:
         """``conninfo`` (any database, user, options) rewritten to reach its server through this proxy: host
