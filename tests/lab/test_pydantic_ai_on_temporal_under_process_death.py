@@ -53,25 +53,30 @@ async def test_a_tool_call_that_committed_and_died_runs_again_beside_its_paralle
     assert [(mode, code) for mode, code, _ in engine["lives"]] == [("start", 99), ("recover", 0)]
     assert await scalar(harness, "SELECT count(*) FROM lab_death_flags") == 0  # fired once, then disarmed
     # Pydantic AI runs the first response's three calls in parallel, each its own activity. The worker died after
-    # the deduction's committed, before Temporal recorded it: the new worker ran it again (deducted twice) and
-    # ran the refund, which had not committed yet (every run here); the database ends the same either way
-    assert state == {"credit": OPENING_CREDIT_CENTS - 2 * REFUND_CENTS, "memos": 1, "refunds": 1, "paid_refunds": 1}
+    # the deduction's committed, before Temporal recorded it: the new worker ran it again (deducted twice) and ran
+    # the refund again, whose transaction had not committed (every run here). Two races decide the rest.
+    assert (state["credit"], state["memos"], state["refunds"]) == (OPENING_CREDIT_CENTS - 2 * REFUND_CENTS, 1, 1)
     memo, deduction, refund = run.messages[2:5]
     assert (deduction.status, refund.status) == ("success", "success")
+    found = kinds(run)
+    # the refund's: had the provider already paid when the worker died (its transaction still open)? Then the
+    # re-run pays again (3 runs of 10 here)
+    assert state["paid_refunds"] in (1, 2)
+    assert found.pop("payment_count", 0) == state["paid_refunds"] - 1
     if memo.status == "success":
-        # the memo's completion reached the server before the death: the model is satisfied, Temporal says
-        # COMPLETED beside a customer deducted twice (about 1 run in 5 here)
+        # the memo's: its completion reached the server before the death, so the model is satisfied and Temporal
+        # says COMPLETED beside a customer deducted twice (4 runs of 10 here)
         assert engine["status"] == "COMPLETED" and run.raised is None
         assert (engine["activities"], engine["attempts"]) == (5, 7)  # the deduction's and the refund's second attempts
-        assert kinds(run) == {"balance_mismatch": 1}
+        assert found == {"balance_mismatch": 1}
     else:
-        # the memo had committed but its completion had not reached the server: its re-run met its natural key (a
+        # it had committed but its completion had not reached the server: its re-run met its natural key (a
         # ModelRetry with psycopg's text); the model resends, the deduction meets the credit's check, the refund its
         # natural key, the refund's retry exceeds Pydantic AI's default of one: the run raises, Temporal says FAILED
         assert memo.status == "error"
         assert engine["status"] == "FAILED" and run.raised == "Temporal FAILED"
         assert (engine["activities"], engine["attempts"]) == (8, 11)
-        assert kinds(run) == {"balance_mismatch": 1, "leak": 3, "unanswered_call": 1, "unreported_effect": 1}
+        assert found == {"balance_mismatch": 1, "leak": 3, "unanswered_call": 1, "unreported_effect": 1}
 
 
 async def test_a_malformed_argument_never_reaches_the_database_but_the_resent_batch_does(harness):
