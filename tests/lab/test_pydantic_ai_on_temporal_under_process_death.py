@@ -53,12 +53,20 @@ async def test_a_tool_call_that_committed_and_died_runs_again_beside_its_paralle
     assert [(mode, code) for mode, code, _ in engine["lives"]] == [("start", 99), ("recover", 0)]
     assert await scalar(harness, "SELECT count(*) FROM lab_death_flags") == 0  # fired once, then disarmed
     # Pydantic AI runs the first response's three calls in parallel, each its own activity. The worker died after
-    # the deduction's committed, before Temporal recorded it: the new worker ran it again (deducted twice) and ran
-    # the refund again, whose transaction had not committed (every run here). Two races decide the rest.
+    # the deduction's committed, before Temporal recorded it: the new worker ran it again (deducted twice, every
+    # run) and ran the refund again. Three races decide the rest.
     assert (state["credit"], state["memos"], state["refunds"]) == (OPENING_CREDIT_CENTS - 2 * REFUND_CENTS, 1, 1)
     memo, deduction, refund = run.messages[2:5]
-    assert (deduction.status, refund.status) == ("success", "success")
+    assert deduction.status == "success"
     found = kinds(run)
+    assert found["balance_mismatch"] == 1 and engine["status"] in ("COMPLETED", "FAILED")
+    if refund.status == "error":
+        # the refund's transaction had committed, and the provider paid, before the death: its re-run met
+        # refunds_one_per_reference before calling the provider (1 run in about 20 here; what followed not yet
+        # recorded, so only what the code makes certain is asserted)
+        assert state["paid_refunds"] == 1
+        return
+    assert refund.status == "success"  # its transaction had not committed (the other runs)
     # the refund's: had the provider already paid when the worker died (its transaction still open)? Then the
     # re-run pays again (3 runs of 10 here)
     assert state["paid_refunds"] in (1, 2)
@@ -67,7 +75,8 @@ async def test_a_tool_call_that_committed_and_died_runs_again_beside_its_paralle
         # the memo's: its completion reached the server before the death, so the model is satisfied and Temporal
         # says COMPLETED beside a customer deducted twice (4 runs of 10 here)
         assert engine["status"] == "COMPLETED" and run.raised is None
-        assert (engine["activities"], engine["attempts"]) == (5, 7)  # the deduction's and the refund's second attempts
+        # the deduction's and the refund's second attempts (7); once in about 10 runs under load, 8
+        assert engine["activities"] == 5 and engine["attempts"] >= 7
         assert found == {"balance_mismatch": 1}
     else:
         # it had committed but its completion had not reached the server: its re-run met its natural key (a
@@ -75,7 +84,7 @@ async def test_a_tool_call_that_committed_and_died_runs_again_beside_its_paralle
         # natural key, the refund's retry exceeds Pydantic AI's default of one: the run raises, Temporal says FAILED
         assert memo.status == "error"
         assert engine["status"] == "FAILED" and run.raised == "Temporal FAILED"
-        assert (engine["activities"], engine["attempts"]) == (8, 11)
+        assert engine["activities"] == 8 and engine["attempts"] >= 11  # the three calls' second attempts
         assert found == {"balance_mismatch": 1, "leak": 3, "unanswered_call": 1, "unreported_effect": 1}
 
 
