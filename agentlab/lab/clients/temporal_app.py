@@ -52,12 +52,14 @@ MAX_MODEL_TURNS = 10  # the loop's recursion limit: model calls per run
 CRASH_ACTIVITY = "apply_credit"  # billing's deduction
 
 
-def tool_activities(conninfo: str, provider_conninfo: str) -> list:
-    """The four tools as activities (each ``async (args: dict) -> dict``, the tool's answer as
-    ``{"content": str, "status": "success" | "error"}``), writing to ``conninfo`` (the episode's
-    database), the refund paying through the fake provider on ``provider_conninfo``."""
+def tool_functions(conninfo: str, provider_conninfo: str) -> list:
+    """The four tools as typed async functions (``lookup_customer``, ``create_credit_memo``, ``apply_credit``,
+    ``refund_to_card``; each returns a dict, one committed transaction on ``conninfo``, the episode's database;
+    the refund pays through the fake provider on ``provider_conninfo`` inside its transaction). They raise
+    ``psycopg.Error`` (the database's), ``TypeError`` / ``ValueError`` (a call they cannot make) and the
+    provider's errors (:mod:`agentlab.sim.provider`). Shared with Pydantic AI's agent on Temporal
+    (:mod:`agentlab.lab.clients.pydantic_ai_temporal_app`), so both run the kit's SQL the same way."""
     import psycopg
-    from langgraph.prebuilt.tool_node import TOOL_CALL_ERROR_TEMPLATE
 
     from agentlab.domains.billing.tools import APPLY_CREDIT, CREATE_CREDIT_MEMO, CREATE_REFUND, LOOKUP_CUSTOMER
 
@@ -65,15 +67,6 @@ def tool_activities(conninfo: str, provider_conninfo: str) -> list:
         async with await psycopg.AsyncConnection.connect(conninfo) as conn:  # commits at the block's end
             cur = await conn.execute(statement, params)
             return await cur.fetchone()
-
-    def answer(tool):
-        async def run(args: dict) -> dict:
-            try:
-                return {"content": json.dumps(await tool(**args)), "status": "success"}
-            except (psycopg.Error, TypeError, ValueError) as exc:  # the tool's own: the model is told
-                return {"content": TOOL_CALL_ERROR_TEMPLATE.format(error=repr(exc)), "status": "error"}
-
-        return activity.defn(name=tool.__name__)(run)
 
     async def lookup_customer(customer_id: int) -> dict:
         row = await one(LOOKUP_CUSTOMER, (customer_id,))
@@ -96,7 +89,26 @@ def tool_activities(conninfo: str, provider_conninfo: str) -> list:
                 payment = await provider.create_refund(customer_id, amount_cents, reference=reference)
         return {"refund_id": row[0], "amount_cents": amount_cents, "payment_id": payment["id"]}
 
-    return [answer(t) for t in (lookup_customer, create_credit_memo, apply_credit, refund_to_card)]
+    return [lookup_customer, create_credit_memo, apply_credit, refund_to_card]
+
+
+def tool_activities(conninfo: str, provider_conninfo: str) -> list:
+    """The four tools (:func:`tool_functions`) as activities (each ``async (args: dict) -> dict``, the tool's
+    answer as ``{"content": str, "status": "success" | "error"}``); the provider's errors are raised, for
+    Temporal's retry policy."""
+    import psycopg
+    from langgraph.prebuilt.tool_node import TOOL_CALL_ERROR_TEMPLATE
+
+    def answer(tool):
+        async def run(args: dict) -> dict:
+            try:
+                return {"content": json.dumps(await tool(**args)), "status": "success"}
+            except (psycopg.Error, TypeError, ValueError) as exc:  # the tool's own: the model is told
+                return {"content": TOOL_CALL_ERROR_TEMPLATE.format(error=repr(exc)), "status": "error"}
+
+        return activity.defn(name=tool.__name__)(run)
+
+    return [answer(t) for t in tool_functions(conninfo, provider_conninfo)]
 
 
 @activity.defn

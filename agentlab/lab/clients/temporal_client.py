@@ -26,21 +26,25 @@ class TemporalClient(EngineClient):
     hook in each life (``crash_inside_step``: the death flag decides which life dies); ``cap_s`` bounds each
     life in seconds. The dev server is this process's (:func:`agentlab.lab.clients.temporal_server.shared_server`),
     started by the first episode (raises :class:`agentlab.lab.clients.temporal_server.DevServerError` when it
-    cannot start). The workflow stays in the dev server's file, which goes with the server."""
+    cannot start). The workflow stays in the dev server's file, which goes with the server. ``agent_class`` is the
+    handle each episode gets (:class:`agentlab.lab.clients.temporal_agent.TemporalAgent`, or Pydantic AI's on
+    Temporal); ``measured`` names the distributions whose versions are printed beside Temporal's."""
 
     engine, finished, what_dies = "Temporal", ("COMPLETED", "NOT STARTED"), "the Temporal worker's process"
 
-    def __init__(self, spec, run, *, script: list, crash: bool, cap_s: float = CAP_S, route=None):
+    def __init__(self, spec, run, *, script: list, crash: bool, cap_s: float = CAP_S, route=None,
+                 agent_class: type[TemporalAgent] = TemporalAgent, measured: tuple[str, ...] = ()):
         super().__init__(spec, run, script=script, crash=crash, cap_s=cap_s, route=route)
+        self.agent_class, self.measured = agent_class, measured
 
     async def open(self) -> None:
         """The dev server (started once per process) and the episode's files."""
         server = shared_server()
         self.workdir = tempfile.mkdtemp(prefix="agentlab-temporal-episode-")
-        self.agent = TemporalAgent(self.run.harness.url, server.address, self.run.thread_id, self.workdir,
+        self.agent = self.agent_class(self.run.harness.url, server.address, self.run.thread_id, self.workdir,
                                    cap_s=self.cap_s, route=self.route)
         self.run.notes["engine"] = {"server": server.address, "server_start_s": round(server.start_s, 2),
-                                    "versions": versions()}
+                                    "versions": versions(*self.measured)}
 
     async def start_life(self, prompt: str):
         return await self.agent.start(prompt, self.script, self.run.seed, crash=self.crash)
