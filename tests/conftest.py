@@ -274,6 +274,24 @@ async def customer_state(h: Harness, customer_id: int) -> dict:
     }
 
 
+def kinds(run) -> dict[str, int]:
+    """``{kind: count}`` of a run's violations (any object with ``violations``), kinds that occurred only."""
+    out: dict[str, int] = {}
+    for v in run.violations:
+        out[v.kind] = out.get(v.kind, 0) + 1
+    return out
+
+
+async def engine_episode(harness, agent: str, fault: str):
+    """One refund-story episode of the engine's ``agent`` under ``fault`` through the yardstick: ``(run, its
+    engine notes, the customer's state)`` (:func:`customer_state`). Asserts the episode ran (not n/a)."""
+    from agentlab.lab.yardstick import Yardstick
+
+    run = await Yardstick(harness).run(agent, fault, scenario="refund")
+    assert run.status == "ran", run.reason
+    return run, run.notes["engine"], await customer_state(harness, run.customer_ids[0])
+
+
 class TurnModel:
     """Builds a LangChain chat model that answers by the number of AIMessages already in the history:
     reply ``n`` is ``turns[n](messages)`` (an AIMessage, or a callable of the history giving one), and a

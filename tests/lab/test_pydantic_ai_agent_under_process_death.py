@@ -15,23 +15,14 @@ import pytest
 
 pytest.importorskip("pydantic_ai", reason="Pydantic AI is an optional install: pip install -r requirements-engines.txt")
 
-from agentlab.lab.yardstick import Yardstick  # noqa: E402 (after the skip)
-from conftest import customer_state, fetch  # noqa: E402
+from conftest import engine_episode, fetch, kinds  # noqa: E402
 
 OPENING_CREDIT_CENTS = 5000  # billing's refund story: one customer with 50.00 of store credit
 REFUND_CENTS = 2500
 
 
-def kinds(run) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for v in run.violations:
-        out[v.kind] = out.get(v.kind, 0) + 1
-    return out
-
-
 async def play(harness, fault: str):
-    run = await Yardstick(harness).run("pydantic_ai:dbos", fault, scenario="refund")
-    return run, run.notes["engine"], await customer_state(harness, run.customer_ids[0])
+    return await engine_episode(harness, "pydantic_ai:dbos", fault)
 
 
 async def test_a_fault_free_episode_passes_clean_and_dbos_says_success(harness):

@@ -13,8 +13,7 @@ pytest.importorskip("pydantic_ai", reason="Pydantic AI is an optional install: p
 pytest.importorskip("temporalio", reason="Temporal is an optional install: pip install -r requirements-engines.txt")
 
 from agentlab.lab.clients.pydantic_ai_temporal import engine_missing  # noqa: E402 (after the skip)
-from agentlab.lab.yardstick import Yardstick  # noqa: E402
-from conftest import customer_state, scalar  # noqa: E402
+from conftest import engine_episode, kinds, scalar  # noqa: E402
 
 if engine_missing() is not None:
     pytest.skip(engine_missing(), allow_module_level=True)
@@ -23,17 +22,8 @@ OPENING_CREDIT_CENTS = 5000  # billing's refund story: one customer with 50.00 o
 REFUND_CENTS = 2500
 
 
-def kinds(run) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for v in run.violations:
-        out[v.kind] = out.get(v.kind, 0) + 1
-    return out
-
-
 async def play(harness, fault: str):
-    run = await Yardstick(harness).run("pydantic_ai:temporal", fault, scenario="refund")
-    assert run.status == "ran", run.reason
-    return run, run.notes["engine"], await customer_state(harness, run.customer_ids[0])
+    return await engine_episode(harness, "pydantic_ai:temporal", fault)
 
 
 async def test_a_fault_free_episode_passes_clean_and_temporal_says_completed(harness):

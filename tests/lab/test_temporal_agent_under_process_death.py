@@ -15,7 +15,7 @@ pytest.importorskip("temporalio", reason="Temporal is an optional install: pip i
 
 from agentlab.lab.clients import temporal_server  # noqa: E402 (after the skip)
 from agentlab.lab.yardstick import ENGINE_FAULTS, Yardstick  # noqa: E402
-from conftest import scalar  # noqa: E402
+from conftest import kinds, scalar  # noqa: E402
 
 OPENING_CREDIT_CENTS = 5000  # billing's refund story: one customer with 50.00 of store credit
 REFUND_CENTS = 2500
@@ -30,13 +30,6 @@ async def held(h, customer_id: int) -> dict:
         "paid_refunds": await scalar(
             h, "SELECT count(*) FROM provider.payments WHERE customer = %s AND kind = 'refund'", (f"cus_{customer_id}",)),
     }
-
-
-def kinds(run) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for v in run.violations:
-        out[v.kind] = out.get(v.kind, 0) + 1
-    return out
 
 
 async def episode(harness, fault: str):

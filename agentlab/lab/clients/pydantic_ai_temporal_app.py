@@ -45,7 +45,6 @@ import asyncio
 import contextlib
 import functools
 import json
-import os
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -61,7 +60,7 @@ with workflow.unsafe.imports_passed_through():  # the host's modules, not re-run
     import agentlab.domains.billing.tools  # noqa: F401 (the tools' SQL, which the sandbox must not import again)
     from agentlab.lab.clients.pydantic_ai_model import PLAYS, as_function_tool, scripted_model, to_langchain
     from agentlab.lab.clients.temporal_app import CRASH_ACTIVITY, tool_functions
-    from agentlab.lab.nemesis.death import EXIT_CODE, claim_now, die, flag_name
+    from agentlab.lab.nemesis.death import EXIT_CODE
 
 AGENT_NAME = "refund_agent"
 START_TO_CLOSE = timedelta(seconds=3)  # the capability's default is 60 s: a dead worker's activity waits that long
@@ -115,30 +114,20 @@ class RefundAgentWorkflow(PydanticAIWorkflow):
         return ModelMessagesTypeAdapter.dump_python(self._messages, mode="json")
 
 
+def deduction_returned(input, out) -> bool:
+    """Whether a finished activity was a tool activity for :data:`CRASH_TOOL` that returned the tool's value
+    (``kind == "tool_return"``: its transaction committed): where :func:`crash_interceptor` lets the worker die."""
+    called = getattr(input.args[0], "name", None) if input.args else None
+    return called == CRASH_TOOL and getattr(out, "kind", None) == "tool_return"
+
+
 def crash_interceptor(conninfo: str, workflow_id: str):
-    """The nemesis's hook (``crash_inside_step``) as a worker interceptor: after a tool activity for
-    :data:`CRASH_TOOL` returned the tool's value (``kind == "tool_return"``: its transaction committed), claim
-    the episode's death flag on ``conninfo`` (:func:`agentlab.lab.nemesis.death.claim_now`); the claimer exits
-    at once with :data:`CRASH_EXIT_CODE`, before the worker reports the completion."""
-    from temporalio.worker import ActivityInboundInterceptor, Interceptor
+    """The nemesis's hook (``crash_inside_step``): :func:`agentlab.lab.clients.temporal_app.crash_interceptor`
+    dying after :func:`deduction_returned` (Pydantic AI names every tool activity alike, so the tool's name is
+    read from its input)."""
+    from agentlab.lab.clients.temporal_app import crash_interceptor as dies_after
 
-    flag = flag_name(workflow_id, "crash_inside_step")
-
-    class Inbound(ActivityInboundInterceptor):
-        async def execute_activity(self, input):
-            out = await super().execute_activity(input)
-            called = getattr(input.args[0], "name", None) if input.args else None
-            if called == CRASH_TOOL and getattr(out, "kind", None) == "tool_return" and claim_now(conninfo, flag):
-                print(f"agentlab: {flag}: the tool's activity committed; the worker dies before Temporal records it",
-                      file=sys.stderr, flush=True)
-                die()
-            return out
-
-    class CrashAfterCommit(Interceptor):
-        def intercept_activity(self, next):
-            return Inbound(next)
-
-    return CrashAfterCommit()
+    return dies_after(conninfo, workflow_id, deduction_returned)
 
 
 async def publish(handle, path: str) -> None:
@@ -202,16 +191,15 @@ async def serve(mode: str, spec: dict) -> int:
 
 def main(argv: list[str]) -> int:
     """``start SPEC`` or ``recover SPEC`` (SPEC: the JSON file
-    :class:`agentlab.lab.clients.pydantic_ai_temporal.PydanticAITemporalAgent` writes). Returns 0 once the
-    workflow ended; a crash fault ends the process earlier with :data:`CRASH_EXIT_CODE`."""
-    mode, path = argv
-    with open(path) as f:
-        spec = json.load(f)
-    return asyncio.run(serve(mode, spec))
+    :class:`agentlab.lab.clients.pydantic_ai_temporal.PydanticAITemporalAgent` writes), as
+    :func:`agentlab.lab.clients.temporal_app.main` serves one. Returns 0 once the workflow ended; a crash fault ends
+    the process earlier with :data:`CRASH_EXIT_CODE`."""
+    from agentlab.lab.clients.temporal_app import main as serve_life
+
+    return serve_life(argv, serve)
 
 
 if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # as temporal_app: no interpreter finalization while the SDK's core threads may still run
+    from agentlab.lab.clients.temporal_app import exit_after
+
+    exit_after(main(sys.argv[1:]))

@@ -144,19 +144,21 @@ class RefundAgent:
         return messages
 
 
-def crash_interceptor(conninfo: str, workflow_id: str):
-    """The nemesis's hook (``crash_inside_step``) as a worker interceptor: after :data:`CRASH_ACTIVITY`
-    returned (its transaction committed), claim the episode's death flag on ``conninfo``
+def crash_interceptor(conninfo: str, workflow_id: str, committed=None):
+    """The nemesis's hook (``crash_inside_step``) as a worker interceptor: once an activity returned and
+    ``committed(input, out)`` says it was the deduction's, its transaction committed (default: the activity type
+    is :data:`CRASH_ACTIVITY`), claim the episode's death flag on ``conninfo``
     (:func:`agentlab.lab.nemesis.death.claim_now`); the claimer exits at once with :data:`CRASH_EXIT_CODE`,
     before the worker reports the completion."""
     from temporalio.worker import ActivityInboundInterceptor, Interceptor
 
     flag = flag_name(workflow_id, "crash_inside_step")
+    committed = committed or (lambda input, out: activity.info().activity_type == CRASH_ACTIVITY)
 
     class Inbound(ActivityInboundInterceptor):
         async def execute_activity(self, input):
             out = await super().execute_activity(input)
-            if activity.info().activity_type == CRASH_ACTIVITY and claim_now(conninfo, flag):
+            if committed(input, out) and claim_now(conninfo, flag):
                 print(f"agentlab: {flag}: the activity committed; the worker dies before Temporal records it",
                       file=sys.stderr, flush=True)
                 die()
@@ -191,21 +193,24 @@ async def serve(mode: str, spec: dict) -> int:
     return 0
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], serve_one=None) -> int:
     """``start SPEC`` or ``recover SPEC`` (SPEC: the JSON file :mod:`agentlab.lab.clients.temporal_agent`
-    writes). Returns 0 once the workflow ended; a crash fault ends the process earlier with
-    :data:`CRASH_EXIT_CODE`."""
+    writes), served by ``serve_one(mode, spec)`` (default :func:`serve`). Returns 0 once the workflow ended; a
+    crash fault ends the process earlier with :data:`CRASH_EXIT_CODE`."""
     mode, path = argv
     with open(path) as f:
         spec = json.load(f)
-    return asyncio.run(serve(mode, spec))
+    return asyncio.run((serve_one or serve)(mode, spec))
 
 
-if __name__ == "__main__":
-    code = main(sys.argv[1:])
-    # The worker has shut down; exit without interpreter finalization, during which the SDK's core threads
-    # can still call into Python and abort it ("Fatal Python error: PyGILState_Release", status -6, seen
-    # once in three lives here): the workflow's outcome is on the server already.
+def exit_after(code: int):
+    """End a worker's process with ``code`` once its life is over, without interpreter finalization, during which
+    the SDK's core threads can still call into Python and abort it ("Fatal Python error: PyGILState_Release",
+    status -6, seen once in three lives here): the workflow's outcome is on the server already."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+if __name__ == "__main__":
+    exit_after(main(sys.argv[1:]))
