@@ -198,7 +198,7 @@ STUCK_RETRY = Hallucination(
     "stuck_retry", "hallucinated_argument", "the refund's amount arrives with five zeros too many; the payment "
     "provider refuses it (HTTP 400) every time it is sent, retried or not", "validation", ("refund",),
     tool="QueueRefund", field="amount_cents", corrupt=over_the_provider_maximum)
-STUCK_RETRY_CAP_S = 20.0
+STUCK_RETRY_CAP_S = 10.0
 """How long an agent under ``stuck_retry`` may run (seconds): an engine that retries the refused request without
 limit is still retrying then; its verdict is read at the cap."""
 
