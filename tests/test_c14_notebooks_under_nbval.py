@@ -210,6 +210,7 @@ C14_ACTIONS = [
 ]
 
 
+@pytest.mark.slow
 async def test_c14_the_widget_and_the_plain_calls_reach_the_same_database_state(database_url):
     """The same actions through the widget (dropdowns set, Run clicked) on one fresh database and through
     ``LabSession.run`` on another leave equal database states."""

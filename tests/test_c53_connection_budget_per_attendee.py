@@ -63,6 +63,7 @@ def test_c53_budget_bounds_an_experiment_under_the_role_limit(shared_room, monke
     assert seen.samples > 0 and 0 < seen.peak <= BUDGET, seen
 
 
+@pytest.mark.slow
 def test_c53_budget_bounds_an_experiment_on_the_embedded_server(monkeypatch):
     """No room, no role limit: the kit's own server, the same setting, the same bound."""
     if db.server().embedded is False:
@@ -87,6 +88,7 @@ def test_c53_unset_budget_changes_nothing_and_a_bad_one_is_refused(monkeypatch):
     assert budget.pooled_slots() == budget.MIN_BUDGET - budget.RESERVED and budget.capped(32) == 1
 
 
+@pytest.mark.slow
 def test_c53_chaos_at_the_role_limit_without_the_setting_names_the_limit(shared_room):
     """Notebook 09's way in (an experiment), budget unset: its pools fill the role's limit; the error is the
     limit's, with the setting to lower, where it was a bare PoolTimeout or "lost the database server"."""

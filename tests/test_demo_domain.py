@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from agentlab.runtime import db
 
@@ -52,6 +53,7 @@ def test_the_text_account_names_the_domain_and_the_invariants():
     assert "Invariants (read from the database and the provider): all hold" in lines
 
 
+@pytest.mark.slow
 def test_retail_plays_a_tau2_task_through_the_node():
     from agentlab.domains.retail import DOMAIN
 

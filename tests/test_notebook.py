@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from agentlab.runtime import db
 from agentlab.runtime.notebook import open_notebook
 
@@ -94,6 +96,7 @@ def test_notebook_20_needs_dbos_and_runs_where_it_is_installed():
     assert (missing_install(path) is None) == (importlib.util.find_spec("dbos") is not None)
 
 
+@pytest.mark.slow
 def test_without_dbos_nbval_skips_notebook_20_with_the_install_line():
     """The collection of a pytest process where ``dbos`` cannot be imported: every cell of notebook 20 is skipped
     (no kernel started), with the install line as the reason."""

@@ -127,6 +127,7 @@ def test_what_cannot_work_is_one_line_exit_2_and_no_secret(argv, env, says):
     assert "Traceback" not in out.stderr and "Sup3r" not in out.stderr + out.stdout
 
 
+@pytest.mark.slow
 def test_chaos_refuses_a_fault_that_goes_through_the_script_with_a_real_model():
     with RecordedServer("vllm_refund_story") as server:
         out = cli("chaos", "--faults", "none", "wrong_type", "--model", f"openai:{REFUND_MODEL}",
@@ -183,6 +184,7 @@ async def test_the_prebuilt_toolnode_through_the_real_client_under_a_killed_back
     assert sum(kinds.values()) == len(run.violations) > 0
 
 
+@pytest.mark.slow
 def test_chaos_agent_through_an_openai_compatible_server_prints_the_same_violations():
     with RecordedServer("vllm_baseline_refund") as server:
         out = cli("chaos", "--agent", "toolnode", "--faults", "backend_killed", "stray_quote", "lost_update",

@@ -199,6 +199,7 @@ async def test_episode_rows_are_their_own_and_part_of_the_opening_state(retail):
             assert await inv.check(InvariantContext(conn, "t", [], "retail", None, [])) == [], inv.kind
 
 
+@pytest.mark.slow
 async def test_the_chaos_table_full_holds_every_fault_breaks_under_naive_same_seed_same_table():
     from agentlab.lab.experiments import run_experiment
 

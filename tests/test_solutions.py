@@ -22,6 +22,7 @@ from agentlab.course.solutions import (
 
 ROOT = Path(__file__).resolve().parent.parent
 EXERCISES = exercises()
+LONG_CHECKS = {"9.1", "10.1"}  # their checks run experiments (8 to 11 s each): left out of the fast tier
 
 
 def test_a_notebook_with_registered_exercises_states_stubs_and_checks_each_of_them():
@@ -44,7 +45,8 @@ def test_a_notebook_with_registered_exercises_states_stubs_and_checks_each_of_th
                            for c in cells), path.name
 
 
-@pytest.mark.parametrize("exercise", EXERCISES, ids=[e.id for e in EXERCISES])
+@pytest.mark.parametrize("exercise", [pytest.param(e, id=e.id, marks=[pytest.mark.slow] if e.id in LONG_CHECKS else [])
+                                      for e in EXERCISES])
 async def test_each_reference_solution_passes_its_own_check(exercise, capsys):
     """The reference solution, run as ``check`` runs a learner's function (a fresh database per case),
     returns every value the notebook's statement promises; the expected values live in
@@ -191,6 +193,7 @@ async def test_ex16_1_check_takes_the_notebooks_domain_and_a_silent_invariant_fa
     assert out.startswith("FAILED: no_payout_without_its_intent(ctx) = ") and "raised KeyError: 'payouts'" in out
 
 
+@pytest.mark.slow
 async def test_a_case_that_hangs_is_stopped_after_timeout_s_with_its_transaction_rolled_back(capsys, monkeypatch):
     """A learner's function that takes a row lock in a transaction and then waits forever (a sleep, then a
     query that never ends): each case prints one FAILED line after ``timeout_s`` and the check ends. Read

@@ -144,6 +144,7 @@ async def test_an_order_id_without_its_hash_is_fixed_by_the_model_and_the_end_st
     assert run.matches and run.violations == []
 
 
+@pytest.mark.slow
 async def test_an_order_id_without_its_hash_escalates_tasks_46_47_64_after_three_refused_batches_in_a_row():
     # 46 and 47: golden actions 1 and 2 name orders that do not exist (tau2 refuses them too); sent without the
     # '#', 46_1, its fix and 46_2 are three refused batches in a row. 64: 64_6 (tau2 refuses it), its fix and 64_7.
@@ -324,6 +325,7 @@ def test_the_tau2_command_prints_json_with_each_tasks_hash_and_violations():
     assert [v["kind"] for v in task["violations"]] == ["order_payments", "item_matches_variant"]
 
 
+@pytest.mark.slow
 def test_the_tau2_command_refuses_an_unknown_fault_in_one_line():
     out = _cli("--faults", "meteor", "--tasks", "3")
     assert out.returncode == 2 and out.stdout == ""

@@ -148,6 +148,7 @@ def test_messages_are_read_back_under_the_domains_tool_names():
     assert ai.tool_calls[0]["name"] == "apply_credit"  # the originals stay as the agent wrote them
 
 
+@pytest.mark.slow
 async def test_the_same_seed_gives_the_same_table_and_the_kit_stays_at_zero():
     faults = ["refund_story", "wrong_order", "provider_timeout", "crash_mid_node"]
     one = await run_yardstick(["toolnode", "create_agent", "kit"], faults, seed=3)
@@ -161,6 +162,7 @@ async def test_the_same_seed_gives_the_same_table_and_the_kit_stays_at_zero():
     assert one.raised().loc["refund_story", "toolnode"] == "UniqueViolation (23505)"
 
 
+@pytest.mark.slow
 async def test_the_kits_full_column_is_zero_under_every_fault():
     result = await run_yardstick(["kit"])
     assert set(result.summary["kit:full"]) == {0}

@@ -127,6 +127,7 @@ async def test_an_agent_whose_tools_never_send_the_barriers_statement_is_na_not_
     assert real.status == "n/a" and "two runs' calls are scripted" in real.reason
 
 
+@pytest.mark.slow
 async def test_same_seed_same_table_violations_by_kind_and_the_kit_at_zero():
     agents = ["toolnode", "create_agent", "kit"]
     one = await run_yardstick(agents, CONCURRENCY_FAMILY, seed=5)

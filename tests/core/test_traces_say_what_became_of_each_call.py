@@ -179,6 +179,7 @@ def test_otel_traces_exporter_console_prints_the_spans(database_url):
     assert '"agentlab.outcome": "applied"' in done.stdout and '"service.name": "agentlab-test"' in done.stdout
 
 
+@pytest.mark.slow
 def test_an_exporter_endpoint_that_does_not_answer_is_one_warning_and_the_run_goes_on(database_url):
     done = run_script(database_url, OTEL_TRACES_EXPORTER="otlp", OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
                       OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="http://127.0.0.1:9/v1/traces",

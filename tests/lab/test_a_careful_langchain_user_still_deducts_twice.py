@@ -5,12 +5,14 @@ batch and the deduction, which has no natural key, applies twice. Values from th
 
 from __future__ import annotations
 
+import pytest
 from langchain_core.messages import ToolMessage
 
 from agentlab.lab.yardstick import Yardstick
 from conftest import scalar
 
 
+@pytest.mark.slow
 async def test_the_hardened_create_agent_answers_every_call_and_still_deducts_twice(harness):
     run = await Yardstick(harness).run("create_agent_hardened", "refund_story")
     (cid,) = run.customer_ids

@@ -79,6 +79,7 @@ async def test_the_kit_refuses_the_amount_before_anything_is_applied_and_ends_cl
     assert refused, "the model was told the amount was refused"
 
 
+@pytest.mark.slow
 async def test_temporal_retries_the_refused_request_without_end_half_applied_and_nobody_told(harness):
     pytest.importorskip("temporalio", reason="Temporal is an optional install: pip install -r requirements-engines.txt")
     from agentlab.lab.clients import temporal_server

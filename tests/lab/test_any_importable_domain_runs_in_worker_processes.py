@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from agentlab import run_experiment
 from agentlab.domains.billing import DOMAIN as BILLING
 from agentlab.runtime.domains import domain_reference, resolve_domain
@@ -18,6 +20,7 @@ def test_a_domain_reference_names_what_a_worker_can_import():
     assert domain_reference(dataclasses.replace(BILLING, name="copy")) is None
 
 
+@pytest.mark.slow
 async def test_an_imported_domain_runs_in_two_workers_with_the_rows_one_process_gives():
     domain = resolve_domain("examples.payouts:DOMAIN")
     args = dict(episodes=2, presets=["naive", "full"], faults=["none", "crash_mid_node"], seed=3, progress=False)

@@ -37,6 +37,7 @@ def died_for_real(run) -> bool:
 
 
 @pytest.mark.parametrize("durability", ["sync", "async"])
+@pytest.mark.slow
 async def test_the_kits_full_holds_when_its_process_really_dies(harness, durability):
     run = await Yardstick(harness).run("kit:full", "crash_inside_step", scenario="refund", durability=durability)
     assert run.status == "ran" and run.crashed and died_for_real(run)
@@ -53,6 +54,7 @@ async def test_the_prebuilt_toolnode_deducts_twice_when_its_process_really_dies(
     assert run.counts()["balance_mismatch"] == 1
 
 
+@pytest.mark.slow
 async def test_under_exit_durability_the_resent_prompt_deducts_again_even_for_the_kit(harness):
     run = await Yardstick(harness).run("kit:full", "crash_inside_step", scenario="refund", durability="exit")
     assert run.crashed and died_for_real(run)
@@ -97,6 +99,7 @@ def run_cli(*args: str):
                           timeout=300, check=False)
 
 
+@pytest.mark.slow
 def test_the_command_line_runs_the_real_crash_per_agent_and_durability():
     import json
 

@@ -40,6 +40,7 @@ async def test_a_fault_free_episode_passes_clean_and_dbos_says_success(harness):
     assert not await fetch(harness, "SELECT 1 FROM pg_database WHERE datname = %s", (ep.system_database,))  # dropped
 
 
+@pytest.mark.slow
 async def test_a_step_that_committed_and_died_runs_again_on_recovery_and_dbos_says_success(harness):
     ep = await run_dbos_episode(harness, "crash_inside_step", shape="steps")
     assert [life.returncode for life in ep.lives] == [99, 0]
@@ -50,6 +51,7 @@ async def test_a_step_that_committed_and_died_runs_again_on_recovery_and_dbos_sa
     assert await scalar(harness, "SELECT count(*) FROM lab_death_flags") == 0  # fired once, then disarmed
 
 
+@pytest.mark.slow
 async def test_a_datasource_transaction_that_committed_and_died_is_not_run_again(harness):
     ep = await run_dbos_episode(harness, "crash_inside_step", shape="transactions")
     assert [life.returncode for life in ep.lives] == [99, 0]
@@ -93,6 +95,7 @@ async def test_a_fault_the_dbos_agent_cannot_take_is_not_applicable_with_its_rea
     assert run.customer_ids == [] and "engine" not in run.notes  # no row written, no process started
 
 
+@pytest.mark.slow
 def test_the_command_line_puts_dbos_beside_the_kit_with_its_own_verdict():
     import json
     import subprocess

@@ -35,6 +35,7 @@ async def test_a_fault_free_episode_passes_clean_and_dbos_says_success(harness):
     assert not await fetch(harness, "SELECT 1 FROM pg_database WHERE datname = %s", (engine["system_database"],))
 
 
+@pytest.mark.slow
 async def test_a_step_that_committed_and_died_runs_again_on_recovery_unless_its_parallel_siblings_end_the_run(harness):
     run, engine, state = await play(harness, "crash_inside_step")
     assert [life[1] for life in engine["lives"]] == [99, 0]
@@ -53,6 +54,7 @@ async def test_a_step_that_committed_and_died_runs_again_on_recovery_unless_its_
         assert engine["status"] == "ERROR" and kinds(run)["unanswered_call"] >= 1
 
 
+@pytest.mark.slow
 async def test_a_malformed_argument_never_reaches_the_database_but_the_resent_batch_does(harness):
     run, engine, state = await play(harness, "refund_story")
     assert [life[1] for life in engine["lives"]] == [0]

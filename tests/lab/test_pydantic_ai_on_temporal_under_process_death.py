@@ -38,6 +38,7 @@ async def test_a_fault_free_episode_passes_clean_and_temporal_says_completed(har
     assert [type(m).__name__ for m in run.messages] == ["HumanMessage", "AIMessage", *["ToolMessage"] * 3, "AIMessage"]
 
 
+@pytest.mark.slow
 async def test_a_tool_call_that_committed_and_died_runs_again_beside_its_parallel_siblings(harness):
     run, engine, state = await play(harness, "crash_inside_step")
     assert [(mode, code) for mode, code, _ in engine["lives"]] == [("start", 99), ("recover", 0)]
@@ -78,6 +79,7 @@ async def test_a_tool_call_that_committed_and_died_runs_again_beside_its_paralle
         assert found == {"balance_mismatch": 1, "leak": 3, "unanswered_call": 1, "unreported_effect": 1}
 
 
+@pytest.mark.slow
 async def test_a_malformed_argument_never_reaches_the_database_but_the_resent_batch_does(harness):
     run, engine, state = await play(harness, "refund_story")
     assert [code for _, code, _ in engine["lives"]] == [0]
@@ -91,6 +93,7 @@ async def test_a_malformed_argument_never_reaches_the_database_but_the_resent_ba
     assert kinds(run) == {"balance_mismatch": 1, "leak": 3, "unanswered_call": 1}  # psycopg's text in 3 retries
 
 
+@pytest.mark.slow
 async def test_a_refund_the_provider_always_refuses_is_retried_by_temporal_until_the_cap(harness):
     run, engine, state = await play(harness, "stuck_retry")
     assert [code for _, code, _ in engine["lives"]] == [None]  # ended by the lab at the cap
@@ -105,6 +108,7 @@ async def test_a_refund_the_provider_always_refuses_is_retried_by_temporal_until
 
 
 
+@pytest.mark.slow
 def test_the_command_line_prints_temporals_verdict_and_the_versions_measured():
     import subprocess
     import sys

