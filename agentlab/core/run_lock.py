@@ -72,6 +72,7 @@ import psycopg
 
 from agentlab.core.errors import AgentlabError
 from agentlab.core.prepared import forget_prepared
+from agentlab.core.tasks import pause
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +236,7 @@ async def keep_alive(pool, lease: ThreadLease, *, interval_ms: int = HEARTBEAT_I
     A row locked by a batch of the same run is skipped: that batch renews it as its first statement."""
     params = {"thread": lease.thread_id, "owner": lease.owner_token}
     while True:
-        await asyncio.sleep(interval_ms / 1000)
+        await pause(interval_ms / 1000)  # ends on a cancellation the pool lost while handing out a connection
         try:
             async with pool.connection() as conn:
                 await conn.execute(HEARTBEAT_LEASE, params)

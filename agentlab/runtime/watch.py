@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psycopg
 from psycopg_pool import PoolTimeout
 
+from agentlab.core.tasks import pause
 from agentlab.runtime.connections import is_busy
 from agentlab.runtime.conninfo import (
     CONNECT_TIMEOUT_S,
@@ -155,9 +156,9 @@ class ServerWatch:
         Run it beside long work (an experiment) so a stopped server ends the run in seconds, rather
         than each episode in flight waiting out its pool timeout."""
         while True:
-            await asyncio.sleep(interval_s)
+            await pause(interval_s)  # ends on a cancellation the pool lost (agentlab.core.tasks)
             if await self._probe() is not None and not self.restarting:
-                await asyncio.sleep(0.2)
+                await pause(0.2)
                 if not self.restarting:
                     await self.ensure_reachable()
 

@@ -58,6 +58,7 @@ with workflow.unsafe.imports_passed_through():  # the host's modules, not re-run
     from pydantic_ai.messages import ModelMessagesTypeAdapter
 
     import agentlab.domains.billing.tools  # noqa: F401 (the tools' SQL, which the sandbox must not import again)
+    from agentlab.core.tasks import pause
     from agentlab.lab.clients.pydantic_ai_model import PLAYS, as_function_tool, scripted_model, to_langchain
     from agentlab.lab.clients.temporal_app import CRASH_ACTIVITY, tool_functions
     from agentlab.lab.nemesis.death import EXIT_CODE
@@ -144,7 +145,7 @@ async def publish(handle, path: str) -> None:
 async def keep_publishing(handle, path: str) -> None:
     """:func:`publish` every :data:`PUBLISH_EVERY_S` seconds (the life may end at the lab's cap)."""
     while True:
-        await asyncio.sleep(PUBLISH_EVERY_S)
+        await pause(PUBLISH_EVERY_S)
         with contextlib.suppress(Exception):  # a query refused mid-task: the next one answers
             await publish(handle, path)
 
