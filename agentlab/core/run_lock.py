@@ -199,7 +199,7 @@ async def acquire_lease(pool, thread_id: str, *, owner_token: str | None = None,
         if stamp is None and outlast_ms:
             continue  # the holder let go between the attempt and the look: try again at once
         pause_s = POLL_MS / 1000 if dying else min(POLL_MS, max(0.0, wait_ms - waited_ms)) / 1000
-        await asyncio.sleep(pause_s)
+        await pause(pause_s)  # a cancellation the pool lost ends the wait: no lease taken for a caller gone
 
 
 async def _try_acquire(conn, params: dict) -> bool:

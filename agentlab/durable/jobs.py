@@ -39,6 +39,7 @@ from enum import Enum
 from typing import Any
 
 from agentlab.core.errors import AgentlabError
+from agentlab.core.tasks import pause
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +260,7 @@ class JobStore:
             if job.status is JobStatus.RUNNING and not job.lease_expired:
                 if deadline is not None and loop.time() >= deadline:
                     raise JobTimeout(job_key, job.status.value)
-                await asyncio.sleep(self.poll_s)
+                await pause(self.poll_s)  # a caller's cancellation the pool lost ends the wait here
                 job = await self.get(job_key)
                 continue
             attempt = await self.claim(job)

@@ -99,3 +99,19 @@ async def test_pause_raises_at_once_in_a_task_whose_cancellation_was_swallowed()
     done, _ = await asyncio.wait({task}, timeout=BOUND_S)
     assert done and reached.is_set() and task.cancelled()
     assert not cancel_requested()  # the test's own task was never cancelled
+
+
+async def test_a_run_waiting_for_a_busy_thread_ends_on_the_lost_cancellation_and_takes_no_lease(harness):
+    """The waiting side of the lease: a run polling for a busy thread, cancelled as the pool hands it a
+    connection, ends cancelled at its next poll instead of polling on (and perhaps taking the lease for a caller
+    that has gone) until its ``wait_ms``."""
+    holder = await acquire_lease(harness.pool, "thread-busy", ttl_ms=60_000)
+    async with AsyncConnectionPool(harness.url, min_size=1, max_size=1, open=False) as pool:
+        await pool.open(wait=True)
+        task = await cancel_as_the_pool_hands_over(
+            pool, lambda: asyncio.create_task(acquire_lease(pool, "thread-busy", wait_ms=60_000)))
+        done, _ = await asyncio.wait({task}, timeout=BOUND_S)
+        assert done and task.cancelled()
+    owners = await scalar(harness, "SELECT array_agg(owner_token) FROM runs.thread_leases WHERE thread_id = %s",
+                          ("thread-busy",))
+    assert owners == [holder.owner_token]
