@@ -179,8 +179,16 @@ class Yardstick:
         """``route(conninfo) -> conninfo`` for an engine's lives: through :attr:`counter` when one counts, else None."""
         return self.counter.url if self.counter is not None else None
 
+    async def install(self, fault: str | YardstickFault) -> None:
+        """Install ``fault``'s database objects on the harness once (an episode's :meth:`run` does it when it is
+        the fault's first): call it before episodes of one fault run at the same time, so none races another."""
+        yf = get_yardstick_fault(fault) if isinstance(fault, str) else fault
+        if yf.name not in self._installed:
+            await yf.fault.install(self.harness.pool)
+            self._installed.add(yf.name)
+
     async def run(self, agent, fault: str | YardstickFault = "none", *, seed: int = 0,
-                  scenario: str | None = None, durability: str | None = None) -> AgentRun:
+                  scenario: str | None = None, durability: str | None = None, alone: bool = True) -> AgentRun:
         """One episode of ``agent`` (see :func:`agentlab.lab.agents.resolve_agent`) under ``fault``, checked.
 
         The scenario is the fault's, chosen by ``seed`` as the failure lab chooses it (so every agent
@@ -190,6 +198,8 @@ class Yardstick:
         A fault with ``process_death`` runs every life of the agent in a child process
         (:class:`agentlab.lab.clients.process_death.ChildProcessClient`): the agent must be one a name
         rebuilds there (``toolnode``, ``create_agent``, ``kit:PRESET``, ``package.module:factory``).
+        ``alone``: False when other episodes run at the same time; the round trips of :attr:`counter` are then
+        not counted for this one (the counter sees theirs too), the wall time still is.
 
         Raises:
             ValueError: an unknown fault or scenario.
@@ -210,9 +220,7 @@ class Yardstick:
         if why is not None:
             out.status, out.reason = NA, why
             return out
-        if yf.name not in self._installed:
-            await yf.fault.install(h.pool)
-            self._installed.add(yf.name)
+        await self.install(yf)
         if isinstance(yf.fault, Concurrent):
             from agentlab.lab.yardstick_concurrency import run_two
 
@@ -258,7 +266,7 @@ class Yardstick:
         else:
             client = GraphAgentClient(self, spec, out, needs=yf.needs, script=script, config=config,
                                       durability=durability)
-        before, t0 = (self.counter.snapshot() if self.counter is not None else None), time.perf_counter()
+        before, t0 = (self.counter.snapshot() if self.counter is not None and alone else None), time.perf_counter()
         _, out.violations = await loop.run(client, scenarios.workload(sc, self.prompt(sc, out.customer_ids)),
                                            yf.fault, episode_checker(h.pool, sc, sg, h.domain))
         out.costs = episode_costs(out, time.perf_counter() - t0, self.counter.snapshot() - before if before else None)

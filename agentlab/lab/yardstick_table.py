@@ -162,7 +162,7 @@ async def run_yardstick(agents: Iterable = ("toolnode", "create_agent", "kit"), 
                         *, episodes: int = 1, seed: int = 0, url: str | None = None, domain=None,
                         model: Callable[[list, int], Any] | None = None,
                         progress: bool | None = None, durability: str | None = None,
-                        costs: bool = False) -> YardstickResult:
+                        costs: bool = False, episodes_at_once: int = 1) -> YardstickResult:
     """Run every agent under every fault, ``episodes`` episodes per cell, on one fresh database.
 
     Args:
@@ -180,9 +180,15 @@ async def run_yardstick(agents: Iterable = ("toolnode", "create_agent", "kit"), 
         costs: count the agent's database round trips on the wire (its connections go through a
             :class:`agentlab.lab.roundtrips.RoundTripCounter`) beside each episode's wall time
             (:meth:`YardstickResult.costs`); off: wall time only.
+        episodes_at_once: how many episodes of one cell (agent and fault) run at the same time (default 1: one
+            after another). Each episode has its own thread, rows, processes, death flag and engine database
+            or task queue, so the table is the same; what gains is the time spent waiting (an engine's retry
+            timers, a stuck run's cap). With ``costs``, the fault-free cells still run one episode at a time, so
+            each episode's round trips are its own; under more than one at a time the wall time per call
+            includes the wait for a CPU.
 
     Raises:
-        ValueError: an unknown fault, one given twice, or ``episodes`` below 1.
+        ValueError: an unknown fault, one given twice, or ``episodes`` or ``episodes_at_once`` below 1.
         agentlab.core.errors.AgentlabError: an agent that does not load.
         agentlab.runtime.db.DatabaseUnavailable: no server.
     """
@@ -190,6 +196,8 @@ async def run_yardstick(agents: Iterable = ("toolnode", "create_agent", "kit"), 
 
     if episodes < 1:
         raise ValueError(f"episodes must be at least 1, got {episodes}")
+    if episodes_at_once < 1:
+        raise ValueError(f"episodes_at_once must be at least 1, got {episodes_at_once}")
     specs = [resolve_agent(a) for a in agents]
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
@@ -213,13 +221,13 @@ async def run_yardstick(agents: Iterable = ("toolnode", "create_agent", "kit"), 
                 from agentlab.lab.roundtrips import RoundTripCounter
 
                 ys.counter = await stack.enter_async_context(RoundTripCounter(h.url))
+            seeds = [episode_seed(seed, i) for i in range(episodes)]
             for yf in chosen:
+                at_once = 1 if costs and yf.name == "none" else episodes_at_once
                 for spec in specs:
-                    for i in range(episodes):
-                        run = await h.watched(ys.run(spec, yf, seed=episode_seed(seed, i), durability=durability))
-                        rows.append(_row(run, i))
-                        runs.append(run)
-                        bar.update(1)
+                    cell = await h.watched(_cell(ys, spec, yf, seeds, at_once, durability, bar))
+                    rows += [_row(run, i) for i, run in enumerate(cell)]
+                    runs += cell
     finally:
         bar.close()
         await h.close()
@@ -228,6 +236,28 @@ async def run_yardstick(agents: Iterable = ("toolnode", "create_agent", "kit"), 
     frame[kinds] = frame[kinds].fillna(0).astype(int)
     frame["raised"] = frame["raised"].astype(object).where(frame["raised"].notna(), None)
     return YardstickResult(frame, tuple(names), faults, seed, episodes, versions(), runs)
+
+
+async def _cell(ys: Yardstick, spec, yf, seeds: list[int], at_once: int, durability: str | None, bar) -> list[AgentRun]:
+    """One cell's episodes (one per seed, in that order), ``at_once`` of them at a time."""
+    if at_once == 1:
+        cell = []
+        for s in seeds:
+            cell.append(await ys.run(spec, yf, seed=s, durability=durability))
+            bar.update(1)
+        return cell
+    await ys.install(yf)  # before they start: episodes at once must not race to install it
+    gate = asyncio.Semaphore(at_once)
+
+    async def one(s: int) -> AgentRun:
+        async with gate:
+            run = await ys.run(spec, yf, seed=s, durability=durability, alone=False)
+        bar.update(1)
+        return run
+
+    async with asyncio.TaskGroup() as tg:  # one that raises cancels the others
+        tasks = [tg.create_task(one(s)) for s in seeds]
+    return [t.result() for t in tasks]
 
 
 def render(result: YardstickResult) -> str:
