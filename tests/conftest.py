@@ -282,6 +282,14 @@ def kinds(run) -> dict[str, int]:
     return out
 
 
+def engine_installed(*modules: str) -> bool:
+    """True when every one of ``modules`` (``"dbos"``, ``"temporalio"``...) is installed: the engines are an
+    optional install (``requirements-engines.txt``)."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in modules)
+
+
 async def engine_episode(harness, agent: str, fault: str):
     """One refund-story episode of the engine's ``agent`` under ``fault`` through the yardstick: ``(run, its
     engine notes, the customer's state)`` (:func:`customer_state`). Asserts the episode ran (not n/a)."""

@@ -29,7 +29,10 @@ async def cancel_as_the_pool_hands_over(pool: AsyncConnectionPool, make_task) ->
     back and cancel the task at once. Returns the task."""
     held = await pool.getconn()
     task = make_task()
-    while pool.get_stats().get("requests_waiting", 0) == 0:  # the task now waits for the connection
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + BOUND_S
+    while pool.get_stats().get("requests_waiting", 0) == 0:  # until the task waits for the connection
+        assert loop.time() < deadline and not task.done(), "the task never asked the pool for a connection"
         await asyncio.sleep(0.01)
     await pool.putconn(held)  # handed to the waiting task...
     task.cancel()  # ...and cancelled before it could run: 3.11's wait_for returns the connection instead

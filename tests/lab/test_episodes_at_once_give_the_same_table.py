@@ -5,11 +5,10 @@ per episode."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 from agentlab.lab.yardstick_table import run_yardstick
+from conftest import engine_installed
 
 AGENTS = ("toolnode", "kit:full")
 FAULTS = ("refund_story", "crash_mid_node", "backend_killed")  # a resend, a crash and resume, a killed backend
@@ -44,7 +43,7 @@ async def test_episodes_at_once_below_one_is_refused_before_anything_runs(at_onc
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not all(importlib.util.find_spec(m) for m in ("dbos", "temporalio")),
+@pytest.mark.skipif(not engine_installed("dbos", "temporalio"),
                     reason="the engines are an optional install: pip install -r requirements-engines.txt")
 async def test_the_engines_give_the_same_table_with_their_episodes_at_once(database_url):
     """Each episode's engine state is its own (DBOS's system database, Temporal's task queue, the death flag):

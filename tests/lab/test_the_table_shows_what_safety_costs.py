@@ -10,14 +10,7 @@ import math
 import pytest
 
 from agentlab.lab.yardstick_table import COST_COLUMNS, render, run_yardstick
-
-
-def engine_installed(module: str) -> bool:
-    try:
-        __import__(module)
-    except ImportError:
-        return False
-    return True
+from conftest import engine_installed
 
 
 @pytest.mark.slow
